@@ -1,0 +1,60 @@
+# slogate — the two commands of the quick start are `make demo` and `make test`.
+# Every install step the tests and the demo need lives here: a fresh Debian machine needs nothing else.
+
+PYTHON   ?= python3
+VENV     ?= .venv
+BIN      := $(VENV)/bin
+PIP      := $(BIN)/python -m pip
+APT_PKGS := prometheus nginx-light chromium
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: demo test install install-test install-llama apt lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+
+# Core install: what `slogate gateway` / `sim` / `replay` need (plus rich for progress).
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(PIP) install -q -e '.[replay]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# Test install: the test extra plus the real llama.cpp server (compiles llama.cpp once, a few minutes).
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(PIP) install -q -e '.[test,report,bench]'
+	CMAKE_BUILD_PARALLEL_LEVEL=2 $(PIP) install -q -e '.[llama]'
+	touch $@
+
+install-test: $(VENV)/.installed-test apt
+
+# Debian packages the tests use: Prometheus (+promtool), nginx (bench reference), Chromium (report test).
+apt:
+	@missing=""; \
+	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	command -v nginx >/dev/null || missing="$$missing nginx-light"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "need root to apt-get install:$$missing" >&2; exit 1; fi; \
+	  echo "apt-get install:$$missing"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  systemctl stop prometheus nginx >/dev/null 2>&1 || true; \
+	fi
+
+test: install-test
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/slogate demo
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+
+bench: install-test
+	$(BIN)/python tests/bench/trace_io.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

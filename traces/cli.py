@@ -1,0 +1,69 @@
+"""The `slogate` command: a thin dispatcher from subcommand to the module that owns it.
+
+Each subcommand's module is imported only when that subcommand runs, so `slogate gateway`
+loads no replay or simulator code. Modules are named by string: `traces` imports nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module, one-line summary). Each module exposes `main(argv) -> int`.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "trace": ("traces.trace_cli", "inspect, validate and convert trace files (slogate, Mooncake, Azure, BurstGPT)"),
+    "sim": ("replay.sim.cli", "simulated continuous-batching LLM engine behind the OpenAI API"),
+    "gateway": ("gateway.cli", "sidecar proxy: relay, measure, export goodput metrics, capture traces"),
+    "replay": ("replay.cli", "replay a trace against a target and report throughput, goodput, latency"),
+    "compare": ("replay.compare_cli", "compare two or more replay results; exit 1 when a bound is broken"),
+    "sweep": ("replay.sweep_cli", "run a replay per speed/rate/concurrency point and find the knee"),
+    "report": ("replay.report_cli", "write a self-contained HTML report of one or more runs"),
+    "merge": ("replay.merge_cli", "merge shard results of a distributed replay"),
+    "demo": ("replay.demo", "the whole loop on a simulated upstream and a bundled real trace"),
+}
+
+
+class UsageError(Exception):
+    """A mistake the user can fix: printed as one line, exit status 2."""
+
+
+def _usage() -> str:
+    width = max(len(name) for name in SUBCOMMANDS)
+    lines = ["usage: slogate <subcommand> [options]   (slogate <subcommand> --help for details)", ""]
+    lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from traces import __version__
+
+        print(f"slogate {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"slogate: unknown subcommand {name!r}; choose one of: {', '.join(SUBCOMMANDS)}", file=sys.stderr)
+        return 2
+    module_name = SUBCOMMANDS[name][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            print(f"slogate: subcommand {name!r} is not available in this install ({exc.name} missing)", file=sys.stderr)
+            return 2
+        raise
+    try:
+        return int(module.main(rest) or 0)
+    except UsageError as exc:
+        print(f"slogate {name}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

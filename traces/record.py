@@ -1,0 +1,86 @@
+"""The record of one LLM request: the unit of every trace, live metric and replay result.
+
+A `RequestRecord` holds lengths, timings and outcome — never prompt or completion text, headers,
+API keys or client addresses. Times are seconds; `t` is the arrival (gateway) or intended send
+time (replay) relative to the trace start. Field names are the trace format v1 (README).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+TokensSource = Literal["usage", "chunks", "estimate"]
+
+
+class ItlSummary(msgspec.Struct, omit_defaults=True, frozen=True):
+    """Inter-token gaps of one request: gaps between consecutive output-bearing chunks (s)."""
+
+    count: int
+    mean: float
+    p50: float
+    p99: float
+    max: float
+
+
+class RequestRecord(msgspec.Struct, omit_defaults=True):
+    """One request as measured at the gateway or by the replay client (trace format v1)."""
+
+    t: float
+    endpoint: str = "/v1/chat/completions"
+    model: str | None = None
+    stream: bool = True
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    max_tokens: int | None = None
+    tokens_source: TokensSource = "usage"
+    ttft: float | None = None
+    tpot: float | None = None
+    e2e: float | None = None
+    ttfb: float | None = None
+    queue: float | None = None
+    overhead: float | None = None
+    itl: ItlSummary | None = None
+    chunk_times: list[float] | None = None  # offsets from t of every output-bearing chunk (optional)
+    status: int = 200
+    finish_reason: str | None = None
+    error: str | None = None  # error class: "upstream_connect", "timeout_ttfb", "reset", "stream_error", ...
+    upstream: str | None = None
+    pool: str | None = None
+    session: str | None = None  # keyed hash of a session/user key, if configured
+    hash_ids: list[int] | None = None  # chained prefix-block ids (see traces.anonymize)
+    block_size: int | None = None  # only when it differs from the header's
+    cached_tokens: int | None = None
+    n_inputs: int | None = None  # embeddings: inputs in the request
+    lag: float | None = None  # replay: actual send − intended send (s); ttft/e2e count from actual send
+
+
+class TraceHeader(msgspec.Struct, omit_defaults=True, tag_field="kind", tag="header"):
+    """First line of every trace segment."""
+
+    schema_version: int = SCHEMA_VERSION
+    slogate_version: str = ""
+    start_unix: float = 0.0  # wall-clock time of t = 0
+    block_size: int = 256
+    block_unit: Literal["bytes", "tokens"] = "bytes"
+    tokens_source: TokensSource | None = None
+    slos: dict[str, str] = {}
+    config_digest: str | None = None
+    salt_id: str | None = None  # identifies the salt (a keyed digest), never the salt
+    source: str | None = None  # "gateway", "replay", "import:mooncake", ...
+    segment: int = 0
+
+
+def effective_e2e(record: RequestRecord) -> float | None:
+    """E2E counted from the intended send time (coordinated omission not hidden)."""
+    if record.e2e is None:
+        return None
+    return record.e2e + (record.lag or 0.0)
+
+
+def is_error(record: RequestRecord) -> bool:
+    """A failed request: non-2xx status, an error class, or a stream that ended abnormally."""
+    return not (200 <= record.status < 300) or record.error is not None or record.finish_reason in ("error", "abort")
