@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -144,7 +145,7 @@ def _itl_gaps(record: RequestRecord) -> list[float]:
     """Every inter-token gap of a request: exact from chunk times, else its mean repeated."""
     times = record.chunk_times
     if times and len(times) > 1:
-        return [b - a for a, b in zip(times, times[1:])]
+        return [b - a for a, b in itertools.pairwise(times)]
     if record.itl is not None:
         return [record.itl.mean] * record.itl.count
     return []
