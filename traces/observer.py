@@ -24,8 +24,8 @@ _LINE_END = re.compile(rb"\r\n|\n|\r")
 # A chunk carries generated output when one of these fields is a non-empty string / non-empty list.
 # Quotes inside JSON strings are escaped, so these keys cannot match inside generated text.
 _OUTPUT = re.compile(rb'"(?:content|text|reasoning_content|reasoning)"\s*:\s*"[^"]|"tool_calls"\s*:\s*\[\s*\{')
-_FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
-_USAGE = re.compile(rb'"usage"\s*:\s*\{')
+# Events worth decoding: a finish reason, usage, or an error. One search for the common case.
+_DECODE = re.compile(rb'"finish_reason"\s*:\s*"|"usage"\s*:\s*\{|"error"\s*:|"object"\s*:\s*"error"')
 _ERROR = re.compile(rb'"error"\s*:|"object"\s*:\s*"error"')
 _DONE = b"[DONE]"
 _NON_STREAM_BODY_LIMIT = 16 << 20  # bytes kept to read usage from a non-streaming body
@@ -105,10 +105,17 @@ class StreamObserver:
             if sum(map(len, self._body)) < _NON_STREAM_BODY_LIMIT:
                 self._body.append(piece)
             return piece
+        if not self._buf and piece.endswith(b"\n\n") and piece.find(b"\n\n") == len(piece) - 2 and b"\r" not in piece:
+            # fast path: the piece is exactly one LF-terminated event (the usual case)
+            keep = self._event(piece[:-2], t_ns)
+            return piece if (keep or not self._strip_usage) else b""
         buf = self._buf + piece if self._buf else piece
         start = 0
         out: list[bytes] | None = [] if self._strip_usage else None
+        end_cr = buf.endswith(b"\r")
         for m in _EVENT_END.finditer(buf):
+            if end_cr and m.end() == len(buf):
+                break  # a CR at the end may be the first half of CRLF: wait for the next byte
             event = buf[start : m.start()]
             keep = self._event(event, t_ns)
             if out is not None and keep:
@@ -141,14 +148,13 @@ class StreamObserver:
         if payload == _DONE:
             self._done = True
             return True
-        if named_error or (_ERROR.search(payload) and self._error_event(payload)):
-            if self._error is None:
-                self._error = "stream_error"
-            self._finish_reason = self._finish_reason or "error"
-            return True
         if _OUTPUT.search(payload):
             self._output(t_ns)
-        if _FINISH.search(payload) or _USAGE.search(payload):
+        if named_error or _DECODE.search(payload):
+            if named_error or (_ERROR.search(payload) and self._error_event(payload)):
+                self._error = self._error or "stream_error"
+                self._finish_reason = self._finish_reason or "error"
+                return True
             return self._decode_tail_chunk(payload)
         return True
 
