@@ -11,7 +11,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 .PHONY: demo test install install-test install-llama apt lint bench clean
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install python3-venv" >&2; exit 1; }
 	$(PIP) install -q --upgrade pip setuptools wheel
 
 # Core install: what `slogate gateway` / `sim` / `replay` need (plus rich for progress).
@@ -22,19 +22,22 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed
 
 # Test install: the test extra plus the real llama.cpp server (compiles llama.cpp once, a few minutes).
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python apt
 	$(PIP) install -q -e '.[test,report,bench]'
 	CMAKE_BUILD_PARALLEL_LEVEL=2 $(PIP) install -q -e '.[llama]'
 	touch $@
 
-install-test: $(VENV)/.installed-test apt
+install-test: apt $(VENV)/.installed-test
 
-# Debian packages the tests use: Prometheus (+promtool), nginx (bench reference), Chromium (report test).
+# Debian packages the tests use: Prometheus (+promtool), nginx (bench reference), Chromium (report
+# test), and cmake/g++ to compile llama.cpp where no prebuilt llama-cpp-python wheel is available.
 apt:
 	@missing=""; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	command -v nginx >/dev/null || missing="$$missing nginx-light"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v cmake >/dev/null || missing="$$missing cmake"; \
+	command -v g++ >/dev/null || missing="$$missing g++"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" != 0 ]; then echo "need root to apt-get install:$$missing" >&2; exit 1; fi; \
 	  echo "apt-get install:$$missing"; \
