@@ -86,8 +86,12 @@ def salt_id(salt: bytes) -> str:
 
 def session_hash(salt: bytes, key: str | bytes) -> str:
     """Keyed hash of a session/user key: equal keys give equal hashes, the key is not recoverable."""
-    data = key.encode() if isinstance(key, str) else key
-    return hashlib.blake2b(b"session\0" + data, key=_key(salt), digest_size=8).hexdigest()
+    return _session(_key(salt), key)
+
+
+def _session(key: bytes, session_key: str | bytes) -> str:
+    data = session_key.encode() if isinstance(session_key, str) else session_key
+    return hashlib.blake2b(b"session\0" + data, key=key, digest_size=8).hexdigest()
 
 
 def chain_ids(key: bytes, data: bytes | bytearray | memoryview, block_bytes: int) -> list[int]:
@@ -130,6 +134,10 @@ class PrefixHasher:
     def hash_tokens(self, tokens: Sequence[int]) -> list[int]:
         """Ids of token blocks (`block_size` tokens each, hashed as 4-byte little-endian ids)."""
         return chain_ids(self._key, _token_bytes(tokens), 4 * self.block_size)
+
+    def session(self, key: str | bytes) -> str:
+        """`session_hash` with this hasher's salt."""
+        return _session(self._key, key)
 
     def __call__(self, prompt: Prompt) -> list[int]:
         """Hash prompt bytes, token ids, or the result of a zero-argument function returning either."""

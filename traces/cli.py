@@ -66,4 +66,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as `python -m traces.cli`: dispatch through the importable module, so the UsageError
+    # that subcommands raise (traces.cli.UsageError) is the one caught above.
+    from traces.cli import main as _main
+
+    sys.exit(_main())

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np  # ships with matplotlib (test extra)
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traces.metrics import percentile, summarize, tpot
@@ -47,9 +48,9 @@ def test_tpot_definition():
     assert tpot(None, 0.5, 10) is None
 
 
+@settings(deadline=None)
 @given(st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=1, max_size=200))
 def test_percentiles_match_numpy_linear(values):
-    import numpy as np  # ships with matplotlib (test extra)
     data = sorted(values)
     for q in (0, 50, 90, 99, 99.9, 100):
         assert percentile(data, q) == pytest.approx(float(np.percentile(data, q)), rel=1e-9, abs=1e-9)

@@ -1,0 +1,95 @@
+"""Trace reader: a cut at any byte reads up to the cut; corruption is a TraceError naming file and offset."""
+
+from __future__ import annotations
+
+import pytest
+import zstandard
+
+from traces.reader import SegmentReader, read_trace
+from traces.record import RequestRecord, TraceHeader
+from traces.segments import TraceError, encode_header, encode_records, write_segment
+
+
+def _segment(path, n: int = 12, per_frame: int = 3, start_unix: float = 0.0) -> list[int]:
+    """Write n records in frames of `per_frame`; return the byte offset where each frame ends."""
+    records = [RequestRecord(t=float(i), input_tokens=i) for i in range(n)]
+    write_segment(path, TraceHeader(start_unix=start_unix), records, frame_records=per_frame)
+    data = path.read_bytes()
+    ends, pos = [], 0
+    while pos < len(data):
+        dobj = zstandard.ZstdDecompressor().decompressobj()
+        dobj.decompress(data[pos:])
+        pos = len(data) - len(dobj.unused_data)
+        ends.append(pos)
+    return ends
+
+
+def test_cut_at_every_byte_reads_up_to_the_cut(tmp_path) -> None:
+    full = tmp_path / "full.jsonl.zst"
+    ends = _segment(full, n=12, per_frame=3)  # header frame + 4 record frames
+    data = full.read_bytes()
+    cut_path = tmp_path / "cut.jsonl.zst"
+    for cut in range(len(data) + 1):
+        cut_path.write_bytes(data[:cut])
+        reader = SegmentReader(cut_path)
+        records = reader.read()
+        complete = [e for e in ends if e <= cut]
+        expected = 3 * max(0, len(complete) - 1)
+        assert [r.input_tokens for r in records] == list(range(expected)), cut
+        assert reader.skipped_bytes == cut - (complete[-1] if complete else 0), cut
+        assert (reader.header is not None) == bool(complete), cut
+
+
+def test_corrupt_middle_frame_names_file_and_offset(tmp_path) -> None:
+    path = tmp_path / "bad.jsonl.zst"
+    ends = _segment(path)
+    data = bytearray(path.read_bytes())
+    data[ends[1] + 12] ^= 0xFF  # inside the second record frame's data
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceError) as info:
+        read_trace(path)
+    assert str(path) in str(info.value) and f"at byte {ends[1]}" in str(info.value)
+
+
+def test_not_a_trace_and_missing_header(tmp_path) -> None:
+    junk = tmp_path / "junk.jsonl.zst"
+    junk.write_bytes(b"\x00\x01garbage")
+    with pytest.raises(TraceError, match="at byte 0"):
+        read_trace(junk)
+    headless = tmp_path / "headless.jsonl.zst"
+    headless.write_bytes(zstandard.ZstdCompressor().compress(bytes(encode_records([RequestRecord(t=0.0)]))))
+    with pytest.raises(TraceError, match="no header"):
+        read_trace(headless)
+    bad_line = tmp_path / "badline.jsonl.zst"
+    bad_line.write_bytes(zstandard.ZstdCompressor().compress(encode_header(TraceHeader()) + b'{"t":"soon"}\n'))
+    with pytest.raises(TraceError, match="line 1"):
+        read_trace(bad_line)
+    with pytest.raises(TraceError, match="cannot open"):
+        read_trace(tmp_path / "missing.jsonl.zst")
+
+
+def test_plain_json_lines_are_accepted(tmp_path) -> None:
+    path = tmp_path / "plain.jsonl"
+    path.write_bytes(encode_header(TraceHeader()) + bytes(encode_records([RequestRecord(t=1.0)])) + b'{"t":2')
+    reader = SegmentReader(path)
+    assert [r.t for r in reader.read()] == [1.0] and reader.skipped_bytes == 6
+
+
+def test_segments_merge_in_arrival_order_and_captures_align_on_wall_clock(tmp_path) -> None:
+    a, b = tmp_path / "a.jsonl.zst", tmp_path / "b.jsonl.zst"
+    write_segment(a, TraceHeader(start_unix=1000.0), [RequestRecord(t=0.0), RequestRecord(t=5.0)])
+    write_segment(b, TraceHeader(start_unix=1000.0, segment=1), [RequestRecord(t=2.0), RequestRecord(t=7.0)])
+    assert [r.t for r in read_trace([a, b]).records] == [0.0, 2.0, 5.0, 7.0]
+    c = tmp_path / "c.jsonl.zst"
+    write_segment(c, TraceHeader(start_unix=1003.0), [RequestRecord(t=0.0)])  # another capture, 3 s later
+    trace = read_trace([a, c])
+    assert [r.t for r in trace.records] == [0.0, 3.0, 5.0] and trace.header.start_unix == 1000.0
+
+
+def test_truncated_report_in_trace(tmp_path) -> None:
+    path = tmp_path / "t.jsonl.zst"
+    _segment(path)
+    data = path.read_bytes()
+    path.write_bytes(data[:-5])
+    trace = read_trace(path)
+    assert trace.truncated == [str(path)] and trace.skipped_bytes > 0 and len(trace.records) == 9

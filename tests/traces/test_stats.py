@@ -1,0 +1,40 @@
+"""Trace statistics on hand-made records and on the bundled samples."""
+
+from __future__ import annotations
+
+import pytest
+
+from traces import formats, samples
+from traces.record import RequestRecord
+from traces.stats import trace_stats
+
+
+def test_hand_made() -> None:
+    records = [
+        RequestRecord(t=0.0, input_tokens=10, output_tokens=1, hash_ids=[1, 2]),
+        RequestRecord(t=1.0, input_tokens=20, output_tokens=3, hash_ids=[1, 3]),
+        RequestRecord(t=3.0, input_tokens=30, output_tokens=5, hash_ids=[1, 3, 4], status=429),
+    ]
+    s = trace_stats(records)
+    assert s.requests == 3 and s.duration_s == 3.0 and s.mean_rps == 1.0
+    assert s.interarrival_cv == pytest.approx(0.5 / 1.5)
+    assert (s.input_tokens.mean, s.input_tokens.p50) == (20.0, 20.0)
+    assert s.output_tokens.p99 == pytest.approx(4.96)
+    assert s.prefix_reuse == pytest.approx(3 / 7)
+    assert s.errors == 1
+
+
+def test_empty_and_no_hash_ids() -> None:
+    s = trace_stats([])
+    assert s.requests == 0 and s.mean_rps is None and s.prefix_reuse is None and s.input_tokens.mean is None
+    assert trace_stats([RequestRecord(t=0.0, input_tokens=5)]).prefix_reuse is None
+
+
+def test_samples() -> None:
+    s = trace_stats(formats.load(samples.path(samples.AZURE_CONV))[1])
+    assert s.requests == 2867 and s.duration_s == pytest.approx(600.0, abs=1.0)
+    assert s.input_tokens.mean == pytest.approx(1146.6, abs=0.1) and s.prefix_reuse is None
+    m = trace_stats(formats.load(samples.path(samples.MOONCAKE_CONVERSATION))[1])
+    assert m.requests == 1750 and m.prefix_reuse == pytest.approx(0.284, abs=0.001)
+    b = trace_stats(formats.load(samples.path(samples.BURSTGPT))[1])
+    assert b.requests == 54 and b.duration_s == 3293.0 and b.errors == 3

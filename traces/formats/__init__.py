@@ -1,0 +1,94 @@
+"""Public trace formats: guess a file's format, load it as slogate records, save records in a format.
+
+One module per format (`slogate`, `mooncake`, `azure`, `burstgpt`), each with `sniff`, `load` and
+(when exportable) `save`. Pure file conversion: never touches the network, never sees prompt text.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+from traces.record import RequestRecord, TraceHeader
+from traces.segments import TraceError
+
+FORMATS: tuple[str, ...] = ("slogate", "mooncake", "azure", "burstgpt")
+Loaded = tuple[TraceHeader, list[RequestRecord]]
+PathLike = str | os.PathLike[str]
+_SNIFF_BYTES = 4096
+
+
+__all__ = ["FORMATS", "FormatError", "TraceError", "guess_format", "load", "module", "save"]
+
+
+class FormatError(ValueError):
+    """A format name or file the user got wrong (the message names it and the fix)."""
+
+
+def module(fmt: str) -> ModuleType:
+    """The module implementing format `fmt`."""
+    if fmt not in FORMATS:
+        raise FormatError(f"unknown trace format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    return importlib.import_module(f"traces.formats.{fmt}")
+
+
+def guess_format(path: PathLike, *, for_output: bool = False) -> str:
+    """Format of `path`: by content when the file exists (and not `for_output`), else by name."""
+    p = Path(path)
+    if not for_output and p.is_dir():
+        return "slogate"
+    if not for_output and p.is_file():
+        with open(p, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+        for fmt in FORMATS:
+            if module(fmt).sniff(head):
+                return fmt
+        raise FormatError(f"cannot tell the trace format of {path}: pass --from with one of {', '.join(FORMATS)}")
+    name = p.name.lower()
+    for fmt in FORMATS:
+        if name.endswith(module(fmt).SUFFIXES):
+            return fmt
+    raise FormatError(
+        f"cannot tell the trace format from the name {path}: use a .jsonl.zst (slogate), .jsonl (mooncake) "
+        f"or .csv (azure) name, or pass the format (--from/--to)"
+    )
+
+
+def load(path: PathLike | Sequence[PathLike], fmt: str | None = None) -> Loaded:
+    """Read a trace (several files only for slogate segments) as (header, records in file order)."""
+    paths = [path] if isinstance(path, str | os.PathLike) else list(path)
+    if not paths:
+        raise FormatError("no trace file given")
+    for p in paths:
+        if not os.path.exists(p):
+            raise FormatError(f"no such trace file: {p}")
+    fmt = fmt or guess_format(paths[0])
+    if len(paths) > 1 and fmt != "slogate":
+        raise FormatError(f"only slogate segments can be read together; load each {fmt} file on its own")
+    mod = module(fmt)
+    try:
+        return mod.load(paths if fmt == "slogate" else paths[0])
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise TraceError(paths[0], f"cannot read as {fmt}: {exc}; check the file or pass another --from") from None
+    except OSError as exc:
+        raise TraceError(paths[0], f"cannot read: {exc.strerror or exc}") from None
+
+
+def save(
+    records: Sequence[RequestRecord],
+    path: PathLike,
+    fmt: str | None = None,
+    *,
+    header: TraceHeader | None = None,
+    **options: object,
+) -> int:
+    """Write `records` to `path` in `fmt` (guessed from the name when None); returns records written."""
+    fmt = fmt or guess_format(path, for_output=True)
+    mod = module(fmt)
+    if not hasattr(mod, "save"):
+        raise FormatError(f"export to {fmt} is not supported: choose slogate, mooncake or azure")
+    return int(mod.save(path, header or TraceHeader(), records, **options))

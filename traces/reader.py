@@ -1,0 +1,213 @@
+"""Reading trace format v1: records from one or many segments, merged in arrival order.
+
+Decodes frame by frame (zstd streaming, msgspec typed line decoding). A cut last frame (a crash)
+is skipped and its size reported in `skipped_bytes`; anything else unreadable raises `TraceError`
+naming the file and byte offset. Never writes, and never yields records of an incomplete frame.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import itertools
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import msgspec
+import zstandard
+
+from traces.record import SCHEMA_VERSION, RequestRecord, TraceHeader
+from traces.segments import ZSTD_MAGIC, TraceError, list_segments
+
+READ_CHUNK = 1 << 20
+_HEADER_START = b'{"kind":"header"'
+
+_record_decoder = msgspec.json.Decoder(RequestRecord)
+_header_decoder = msgspec.json.Decoder(TraceHeader)
+
+PathLike = str | os.PathLike[str]
+
+
+class Trace(msgspec.Struct):
+    """A whole trace in memory: the (first) header and the records in arrival order."""
+
+    header: TraceHeader
+    records: list[RequestRecord]
+    files: list[str]
+    skipped_bytes: int = 0  # bytes of cut last frames that were skipped (crash)
+    truncated: list[str] = []  # files whose last frame was cut
+
+
+class SegmentReader:
+    """Iterates the records of one segment file in file order; `header`/`skipped_bytes` fill in as it reads."""
+
+    def __init__(self, path: PathLike):
+        self.path = Path(path)
+        self.header: TraceHeader | None = None
+        self.skipped_bytes = 0
+        self.records = 0
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        for offset, data in self._chunks():
+            yield from self._decode(offset, data)
+
+    def read(self) -> list[RequestRecord]:
+        out: list[RequestRecord] = []
+        with _gc_paused():
+            for offset, data in self._chunks():
+                out += self._decode(offset, data)
+        return out
+
+    # -- frames --------------------------------------------------------------------------------------
+
+    def _chunks(self) -> Iterator[tuple[int, bytes]]:
+        """(file offset, decompressed bytes) of each complete frame (or the whole text of a plain file)."""
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 - closed below, generator
+        except OSError as exc:
+            raise TraceError(self.path, f"cannot open: {exc.strerror}") from None
+        with f:
+            magic = f.read(4)
+            f.seek(0)
+            if magic and magic != ZSTD_MAGIC[: len(magic)]:
+                if magic[:1] != b"{":
+                    raise TraceError(self.path, "not a slogate trace (neither zstd nor JSON lines)", offset=0)
+                yield from self._plain(f)
+                return
+            yield from self._frames(f)
+
+    def _frames(self, f: BinaryIO) -> Iterator[tuple[int, bytes]]:
+        dctx = zstandard.ZstdDecompressor()
+        dobj = dctx.decompressobj()
+        start, fed, parts = 0, 0, []
+        while chunk := f.read(READ_CHUNK):
+            while chunk:
+                try:
+                    out = dobj.decompress(chunk)
+                except zstandard.ZstdError as exc:
+                    raise TraceError(self.path, f"corrupt zstd frame ({exc})", offset=start) from None
+                if out:
+                    parts.append(out)
+                if not dobj.eof:
+                    fed += len(chunk)
+                    break
+                rest = dobj.unused_data
+                yield start, b"".join(parts)
+                start += fed + len(chunk) - len(rest)
+                fed, parts, chunk = 0, [], rest
+                dobj = dctx.decompressobj()
+        self.skipped_bytes = fed  # an incomplete last frame: the writer was cut off mid-frame
+
+    def _plain(self, f: BinaryIO) -> Iterator[tuple[int, bytes]]:
+        """Uncompressed JSON lines (handy for hand-made files): a cut last line is skipped."""
+        data = f.read()
+        end = data.rfind(b"\n") + 1
+        self.skipped_bytes = len(data) - end
+        yield 0, data[:end]
+
+    # -- lines ---------------------------------------------------------------------------------------
+
+    def _decode(self, offset: int, data: bytes) -> list[RequestRecord]:
+        if self.header is None:
+            if not data.startswith(_HEADER_START):
+                raise TraceError(self.path, 'no header line: a trace segment starts with {"kind":"header",...}', offset=offset)
+            line, _, data = data.partition(b"\n")
+            try:
+                self.header = _header_decoder.decode(line)
+            except msgspec.DecodeError as exc:
+                raise TraceError(self.path, f"bad header line: {exc}", offset=offset) from None
+            if self.header.schema_version > SCHEMA_VERSION:
+                raise TraceError(
+                    self.path, f"schema version {self.header.schema_version} is newer than this slogate "
+                    f"(reads up to {SCHEMA_VERSION}): upgrade slogate", offset=offset,
+                )
+        try:
+            records = _record_decoder.decode_lines(data)
+        except msgspec.DecodeError:
+            self._raise_bad_line(offset, data)
+            raise
+        self.records += len(records)
+        return records
+
+    def _raise_bad_line(self, offset: int, data: bytes) -> None:
+        for n, line in enumerate(data.split(b"\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                _record_decoder.decode(line)
+            except msgspec.DecodeError as exc:
+                raise TraceError(
+                    self.path, f"bad record on line {n} of the frame starting here: {exc}", offset=offset
+                ) from None
+
+
+def segment_paths(paths: PathLike | Iterable[PathLike]) -> list[Path]:
+    """Expand directories to their segments; keep files as given."""
+    items = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    out: list[Path] = []
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            found = list_segments(p)
+            if not found:
+                raise TraceError(p, "directory holds no *.jsonl.zst segments")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
+def iter_records(paths: PathLike | Iterable[PathLike]) -> Iterator[RequestRecord]:
+    """Stream records file by file in file order (constant memory; no merge by arrival time)."""
+    for path in segment_paths(paths):
+        yield from SegmentReader(path)
+
+
+def read_trace(paths: PathLike | Iterable[PathLike], *, sort: bool = True) -> Trace:
+    """Read segments into one trace, records in arrival order (`t`).
+
+    Segments of one capture share `start_unix`; when files from different captures are merged
+    (different wall-clock starts, all known) their `t` are shifted onto the earliest start.
+    """
+    files = segment_paths(paths)
+    readers = [SegmentReader(p) for p in files]
+    chunks = [r.read() for r in readers]
+    headers = [r.header for r in readers if r.header is not None]
+    header = headers[0] if headers else TraceHeader()
+    starts = {h.start_unix for h in headers}
+    if len(starts) > 1 and min(starts) > 0:
+        base = min(starts)
+        header = msgspec.structs.replace(header, start_unix=base)
+        for reader, recs in zip(readers, chunks, strict=True):
+            shift = (reader.header.start_unix - base) if reader.header else 0.0
+            if shift:
+                for r in recs:
+                    r.t += shift
+    records = chunks[0] if len(chunks) == 1 else [r for recs in chunks for r in recs]
+    if sort and any(a.t > b.t for a, b in itertools.pairwise(records)):
+        records.sort(key=_arrival)
+    return Trace(
+        header=header,
+        records=records,
+        files=[str(p) for p in files],
+        skipped_bytes=sum(r.skipped_bytes for r in readers),
+        truncated=[str(r.path) for r in readers if r.skipped_bytes],
+    )
+
+
+def _arrival(record: RequestRecord) -> float:
+    return record.t
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Decoding allocates millions of acyclic objects: cyclic GC passes over them only cost time."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

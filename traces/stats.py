@@ -1,0 +1,83 @@
+"""Trace statistics: a pure function from records to the numbers `slogate trace stats` prints.
+
+requests, span, mean rate, inter-arrival CV, input/output token mean/p50/p99 and prefix reuse
+(share of prompt blocks whose id already appeared earlier in the trace). Never reads files.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable
+
+import msgspec
+
+from traces.metrics import percentile
+from traces.record import RequestRecord, is_error
+
+
+class TokenStats(msgspec.Struct):
+    mean: float | None = None
+    p50: float | None = None
+    p99: float | None = None
+
+
+class TraceStats(msgspec.Struct):
+    """JSON keys of `slogate trace stats --json`."""
+
+    requests: int
+    duration_s: float
+    mean_rps: float | None
+    interarrival_cv: float | None
+    input_tokens: TokenStats
+    output_tokens: TokenStats
+    prefix_reuse: float | None  # null when no record has hash ids
+    errors: int = 0  # failed requests (non-2xx, error class, abnormal finish)
+
+
+def _tokens(values: list[int]) -> TokenStats:
+    if not values:
+        return TokenStats()
+    values.sort()
+    return TokenStats(mean=math.fsum(values) / len(values), p50=percentile(values, 50.0), p99=percentile(values, 99.0))
+
+
+def trace_stats(records: Iterable[RequestRecord]) -> TraceStats:
+    """Statistics of records given in arrival order (ties keep their order for prefix reuse)."""
+    records = records if isinstance(records, list) else list(records)
+    times = [r.t for r in records]
+    inputs = [r.input_tokens for r in records if r.input_tokens is not None]
+    outputs = [r.output_tokens for r in records if r.output_tokens is not None]
+    errors = sum(1 for r in records if is_error(r))
+    seen: set[int] = set()
+    blocks = reused = 0
+    for ids in [r.hash_ids for r in records if r.hash_ids]:
+        before = len(seen)
+        seen.update(ids)
+        blocks += len(ids)
+        reused += len(ids) - (len(seen) - before)  # ids already seen, earlier in this request included
+    n = len(times)
+    if any(a > b for a, b in itertools.pairwise(times)):
+        times.sort()
+    duration = times[-1] - times[0] if n else 0.0
+    return TraceStats(
+        requests=n,
+        duration_s=duration,
+        mean_rps=n / duration if duration > 0 else None,
+        interarrival_cv=_cv([b - a for a, b in itertools.pairwise(times)]),
+        input_tokens=_tokens(inputs),
+        output_tokens=_tokens(outputs),
+        prefix_reuse=reused / blocks if blocks else None,
+        errors=errors,
+    )
+
+
+def _cv(gaps: list[float]) -> float | None:
+    """Coefficient of variation (population std / mean) of the inter-arrival gaps."""
+    if len(gaps) < 2:
+        return None
+    mean = math.fsum(gaps) / len(gaps)
+    if mean <= 0:
+        return None
+    var = math.fsum((g - mean) ** 2 for g in gaps) / len(gaps)
+    return math.sqrt(var) / mean

@@ -1,0 +1,254 @@
+"""`slogate trace`: statistics, validation, conversion and a peek at trace files.
+
+The imperative shell over `traces.formats`, `traces.reader` and `traces.stats`: parses arguments,
+prints plain aligned text or JSON. User mistakes become `UsageError` (one line, exit 2); never
+prints a traceback for a bad file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Sequence
+
+import msgspec
+
+from traces import formats
+from traces.cli import UsageError
+from traces.reader import SegmentReader, read_trace, segment_paths
+from traces.record import RequestRecord, TraceHeader
+from traces.segments import TraceError
+from traces.stats import TokenStats, TraceStats, trace_stats
+
+EPILOG = """\
+formats: slogate (*.jsonl.zst segments or a directory of them), mooncake (JSONL),
+         azure (CSV, 2023 and 2024 layouts), burstgpt (CSV, import only).
+         Guessed from the file's content (input) or name (output) unless --from/--to is given.
+
+examples:
+  slogate trace stats traces/samples/azure_conv_10min.csv
+  slogate trace stats capture/ --json                 # all segments of a capture, merged
+  slogate trace convert conversation_trace.jsonl conv.jsonl.zst
+  slogate trace convert capture/ replay.jsonl --to mooncake   # for AIPerf / vllm bench serve
+  slogate trace convert in.jsonl.zst out.csv --to azure --azure-layout 2023
+  slogate trace validate capture/slogate-20260101T000000Z-000000.jsonl.zst
+  slogate trace head trace.jsonl.zst -n 5
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slogate trace",
+        description="Inspect, validate and convert LLM request traces (slogate, Mooncake, Azure, BurstGPT).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    fmt_help = f"input format ({', '.join(formats.FORMATS)}); guessed when omitted"
+
+    p = sub.add_parser("stats", help="requests, span, rate, burstiness, token lengths, prefix reuse",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="+", metavar="FILE", help="trace file(s); slogate segments are merged into one trace")
+    p.add_argument("--json", action="store_true", help="print JSON (one object, or one per file keyed by path)")
+    p.add_argument("--from", dest="fmt", metavar="FMT", help=fmt_help)
+
+    p = sub.add_parser("convert", help="convert a trace between formats",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input", metavar="IN")
+    p.add_argument("output", metavar="OUT")
+    p.add_argument("--from", dest="fmt", metavar="FMT", help=fmt_help)
+    p.add_argument("--to", dest="to", metavar="FMT", help="output format (slogate, mooncake, azure); guessed from OUT's name")
+    p.add_argument("--azure-layout", choices=("2023", "2024"), help="Azure CSV timestamp layout (default: as imported, else 2024)")
+    p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+
+    p = sub.add_parser("validate", help="check that trace files read cleanly and hold sane values",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--from", dest="fmt", metavar="FMT", help=fmt_help)
+
+    p = sub.add_parser("head", help="print the header and the first records as JSON lines",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("-n", type=int, default=10, metavar="N", help="number of records (default 10)")
+    p.add_argument("--from", dest="fmt", metavar="FMT", help=fmt_help)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(_COMMANDS[args.command](args))
+    except (formats.FormatError, TraceError) as exc:
+        raise UsageError(str(exc)) from None
+    except BrokenPipeError:  # `slogate trace head … | head -1`
+        sys.stderr.close()
+        return 0
+
+
+# -- loading ----------------------------------------------------------------------------------------
+
+
+def _check_exists(paths: Sequence[str]) -> None:
+    for p in paths:
+        if not os.path.exists(p):
+            raise UsageError(f"no such trace file: {p}")
+
+
+def _traces(files: Sequence[str], fmt: str | None) -> list[tuple[str, str, TraceHeader, list[RequestRecord]]]:
+    """(label, format, header, records) per trace: slogate files together, other formats one by one."""
+    _check_exists(files)
+    fmts = [fmt or formats.guess_format(f) for f in files]
+    if all(f == "slogate" for f in fmts):
+        header, records = formats.load(list(files), "slogate")
+        return [(" ".join(files), "slogate", header, records)]
+    return [(f, g, *formats.load(f, g)) for f, g in zip(files, fmts, strict=True)]
+
+
+# -- stats -------------------------------------------------------------------------------------------
+
+
+def _stats(args: argparse.Namespace) -> int:
+    results = [(label, fmt, trace_stats(records)) for label, fmt, _, records in _traces(args.files, args.fmt)]
+    if args.json:
+        payload = results[0][2] if len(results) == 1 else {label: s for label, _, s in results}
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(payload)).decode() + "\n")
+        return 0
+    for i, (label, fmt, s) in enumerate(results):
+        if i:
+            print()
+        print(_stats_text(label, fmt, s))
+    return 0
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def _tokens_text(t: TokenStats) -> str:
+    return f"mean {_num(t.mean, 1)}   p50 {_num(t.p50)}   p99 {_num(t.p99)}"
+
+
+def _stats_text(label: str, fmt: str, s: TraceStats) -> str:
+    reuse = "n/a (no hash ids)" if s.prefix_reuse is None else f"{s.prefix_reuse:.3f}"
+    rows = [
+        ("trace", f"{label} ({fmt})"),
+        ("requests", f"{s.requests:,}"),
+        ("duration_s", _num(s.duration_s, 1)),
+        ("mean_rps", _num(s.mean_rps, 3)),
+        ("interarrival_cv", _num(s.interarrival_cv, 3)),
+        ("input_tokens", _tokens_text(s.input_tokens)),
+        ("output_tokens", _tokens_text(s.output_tokens)),
+        ("prefix_reuse", reuse),
+        ("errors", f"{s.errors:,}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+# -- convert -----------------------------------------------------------------------------------------
+
+
+def _convert(args: argparse.Namespace) -> int:
+    _check_exists([args.input])
+    to = args.to or formats.guess_format(args.output, for_output=True)
+    formats.module(to)  # unknown --to fails before reading
+    if os.path.exists(args.output) and not args.force:
+        raise UsageError(f"{args.output} exists: choose another OUT or pass --force to overwrite it")
+    header, records = formats.load(args.input, args.fmt)
+    options = {"layout": args.azure_layout} if to == "azure" and args.azure_layout else {}
+    try:
+        n = formats.save(records, args.output, to, header=header, **options)
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
+    print(f"wrote {n:,} records to {args.output} ({to})")
+    return 0
+
+
+# -- validate ----------------------------------------------------------------------------------------
+
+MAX_PROBLEMS = 10
+
+
+def _problems(records: Sequence[RequestRecord]) -> list[str]:
+    out: list[str] = []
+    for i, r in enumerate(records):
+        bad = []
+        if not math.isfinite(r.t) or r.t < 0:
+            bad.append(f"t={r.t}")
+        bad += [f"{name}={v}" for name in ("input_tokens", "output_tokens", "max_tokens")
+                if (v := getattr(r, name)) is not None and v < 0]
+        bad += [f"{name}={v}" for name in ("ttft", "tpot", "e2e", "ttfb", "queue")
+                if (v := getattr(r, name)) is not None and not (math.isfinite(v) and v >= 0)]
+        if not 100 <= r.status <= 599:
+            bad.append(f"status={r.status}")
+        if bad:
+            out.append(f"record {i + 1}: bad {', '.join(bad)}")
+            if len(out) >= MAX_PROBLEMS:
+                break
+    return out
+
+
+def _validate(args: argparse.Namespace) -> int:
+    _check_exists(args.files)
+    failed = 0
+    for path in args.files:
+        try:
+            fmt = args.fmt or formats.guess_format(path)
+            if fmt == "slogate":
+                trace = read_trace(path)
+                records, note = trace.records, f"schema v{trace.header.schema_version}, source {trace.header.source}"
+                if trace.skipped_bytes:
+                    note += f"; skipped {trace.skipped_bytes:,} bytes of a cut last frame"
+            else:
+                _, records = formats.load(path, fmt)
+                note = ""
+        except (TraceError, formats.FormatError) as exc:
+            print(f"{path}: invalid: {exc}")
+            failed += 1
+            continue
+        problems = _problems(records)
+        status = "invalid" if problems else "ok"
+        print(f"{path}: {status} ({fmt}, {len(records):,} records{', ' + note if note else ''})")
+        for problem in problems:
+            print(f"  {problem}")
+        failed += bool(problems)
+    return 1 if failed else 0
+
+
+# -- head --------------------------------------------------------------------------------------------
+
+
+def _head(args: argparse.Namespace) -> int:
+    if args.n < 0:
+        raise UsageError(f"-n must be 0 or more, got {args.n}")
+    _check_exists([args.file])
+    fmt = args.fmt or formats.guess_format(args.file)
+    enc = msgspec.json.Encoder()
+    out = sys.stdout.buffer
+    if fmt == "slogate":  # stream: no need to read the whole capture
+        reader = SegmentReader(segment_paths(args.file)[0])
+        records: list[RequestRecord] = []
+        for record in reader:
+            if len(records) >= args.n:
+                break
+            records.append(record)
+        header = reader.header or TraceHeader()
+    else:
+        header, all_records = formats.load(args.file, fmt)
+        records = all_records[: args.n]
+    out.write(enc.encode(header) + b"\n")
+    for record in records:
+        out.write(enc.encode(record) + b"\n")
+    out.flush()
+    return 0
+
+
+_COMMANDS = {"stats": _stats, "convert": _convert, "validate": _validate, "head": _head}

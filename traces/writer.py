@@ -1,0 +1,291 @@
+"""Live trace capture: a background thread that hashes, encodes, compresses and writes segments.
+
+`submit()` never blocks and never raises: it puts the record on a bounded queue, and a full queue
+drops the record and counts it (`dropped`). Prompt hashing, session hashing, JSON encoding and zstd
+compression all happen in the writer thread, so the caller's hot path does none of it.
+
+    writer = TraceWriter(WriterConfig(directory="traces/"), TraceHeader(source="gateway"), hasher=hasher)
+    writer.start()
+    writer.submit(record, prompt=lambda: prompt_bytes(body), session_key=user)  # from any thread
+    writer.close()  # flushes the last frame and joins the thread
+
+`prompt` is the prompt's bytes (byte blocks), its token ids (token blocks), or a zero-argument
+function returning either, called in the writer thread; the writer sets `record.hash_ids` from it
+(and `record.session` from `session_key`), so after `submit` the record belongs to the writer.
+Every `flush_interval_s` the pending lines become one independently decodable zstd frame, so a
+crash (even kill -9) loses at most the last interval. Segments rotate by size and age; each new
+segment starts with the header (its `segment` field = the sequence number in the file name).
+Disk errors (ENOSPC, EACCES, EFBIG…) never reach the caller: the records of the failed frame are
+counted in `lost`, the segment is closed, and a new one is tried after `retry_interval_s`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+
+from traces import __version__
+from traces.anonymize import PrefixHasher, Prompt
+from traces.record import RequestRecord, TraceHeader
+from traces.segments import COMPRESSION_LEVEL, compressor, encode_header, encode_records, segment_name
+
+MAX_FRAME_BYTES = 4 << 20  # flush early when this much uncompressed data is pending
+
+
+class WriterConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Where and how a capture writes its segments."""
+
+    directory: str
+    prefix: str = "slogate"
+    flush_interval_s: float = 1.0
+    max_segment_bytes: int = 256 << 20  # compressed bytes per segment before rotating
+    max_segment_age_s: float = 3600.0
+    queue_size: int = 65536
+    retry_interval_s: float = 5.0  # after a disk error, wait this long before opening a new segment
+    compression_level: int = COMPRESSION_LEVEL
+    fsync: bool = False  # fsync after every frame (survives power loss, not just process death)
+
+
+class WriterStats(msgspec.Struct):
+    """Counters for metrics: records written to disk, dropped on a full queue, lost to disk errors."""
+
+    written: int
+    dropped: int
+    lost: int
+    errors: int
+    segments: int
+    bytes_written: int
+    queued: int
+    last_error: str | None
+
+
+_STOP = object()
+_Item = tuple[RequestRecord, Prompt | None, "str | bytes | None"]
+
+
+class TraceWriter:
+    """Writes `RequestRecord`s to rotating zstd JSON-lines segments from a background thread."""
+
+    def __init__(self, config: WriterConfig, header: TraceHeader | None = None, *, hasher: PrefixHasher | None = None):
+        header = header or TraceHeader(source="gateway")
+        changes: dict[str, object] = {"slogate_version": header.slogate_version or __version__}
+        if header.start_unix == 0.0:
+            changes["start_unix"] = time.time()
+        if hasher is not None:
+            changes.update(block_size=hasher.block_size, block_unit=hasher.block_unit, salt_id=hasher.salt_id)
+        self.header: TraceHeader = msgspec.structs.replace(header, **changes)
+        self.config = config
+        self._hasher = hasher
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=config.queue_size)
+        self._thread = threading.Thread(target=self._run, name="slogate-trace-writer", daemon=True)
+        self._closed = False
+        self._cctx = compressor(config.compression_level)
+        self._buf = bytearray()
+        self._pending = 0
+        self._fd: int | None = None
+        self._seg_bytes = 0
+        self._seg_opened = 0.0
+        self._seq = 0
+        self._retry_at = 0.0
+        self.path: Path | None = None  # current segment
+        self.paths: list[Path] = []  # every segment opened, in order
+        self.written = 0
+        self.dropped = 0
+        self.lost = 0
+        self.errors = 0
+        self.bytes_written = 0
+        self.last_error: str | None = None
+
+    # -- caller side (any thread) ---------------------------------------------------------------
+
+    def start(self) -> TraceWriter:
+        self._thread.start()
+        return self
+
+    def submit(self, record: RequestRecord, *, prompt: Prompt | None = None, session_key: str | bytes | None = None) -> bool:
+        """Queue one record; False (and `dropped` + 1) when the queue is full or the writer is closed."""
+        if self._closed:
+            self.dropped += 1
+            return False
+        try:
+            self._queue.put_nowait((record, prompt, session_key))
+        except queue.Full:
+            self.dropped += 1
+            return False
+        return True
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Write everything queued so far as a frame now (tests, shutdown hooks); True when done in time."""
+        if self._closed or not self._thread.is_alive():
+            return False
+        done = threading.Event()
+        self._queue.put(done, timeout=timeout)
+        return done.wait(timeout)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Stop accepting records, write what is queued, close the segment and join the thread."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread.ident is None:  # never started: what was queued is dropped, and counted
+            self.dropped += self._queue.qsize()
+        elif self._thread.is_alive():
+            self._queue.put(_STOP, timeout=timeout)
+            self._thread.join(timeout)
+
+    def stats(self) -> WriterStats:
+        return WriterStats(
+            written=self.written,
+            dropped=self.dropped,
+            lost=self.lost,
+            errors=self.errors,
+            segments=len(self.paths),
+            bytes_written=self.bytes_written,
+            queued=self._queue.qsize(),
+            last_error=self.last_error,
+        )
+
+    def __enter__(self) -> TraceWriter:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writer thread ----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        interval = self.config.flush_interval_s
+        next_flush = time.monotonic() + interval
+        stop = False
+        while not stop:
+            try:
+                item = self._queue.get(timeout=max(0.0, next_flush - time.monotonic()))
+            except queue.Empty:
+                item = None
+            waiters: list[threading.Event] = []
+            while item is not None:
+                if item is _STOP:
+                    stop = True
+                    break
+                if isinstance(item, threading.Event):
+                    waiters.append(item)
+                    break
+                self._add(item)  # type: ignore[arg-type]
+                if len(self._buf) >= MAX_FRAME_BYTES:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    item = None
+            now = time.monotonic()
+            if stop or waiters or now >= next_flush or len(self._buf) >= MAX_FRAME_BYTES:
+                self._flush()
+                next_flush = now + interval
+            for event in waiters:
+                event.set()
+        self._close_segment()
+
+    def _add(self, item: _Item) -> None:
+        record, prompt, session_key = item
+        if self._hasher is not None:
+            try:
+                if prompt is not None:
+                    record.hash_ids = self._hasher(prompt)
+                if session_key is not None:
+                    record.session = self._hasher.session(session_key)
+            except Exception as exc:  # a bad prompt callable must not stop the capture
+                self._error(f"hashing failed: {type(exc).__name__}")
+        try:
+            encode_records((record,), self._buf)
+        except Exception as exc:  # an unencodable record is lost, not fatal
+            self._error(f"encoding failed: {type(exc).__name__}: {exc}")
+            self.lost += 1
+            return
+        self._pending += 1
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        count, data = self._pending, bytes(self._buf)
+        self._buf.clear()
+        self._pending = 0
+        now = time.monotonic()
+        if self._fd is not None and (
+            self._seg_bytes >= self.config.max_segment_bytes or now - self._seg_opened >= self.config.max_segment_age_s
+        ):
+            self._close_segment()
+        if self._fd is None and (now < self._retry_at or not self._open_segment()):
+            self.lost += count
+            return
+        if self._write(self._cctx.compress(data)):
+            self.written += count
+            if self._seg_bytes >= self.config.max_segment_bytes:
+                self._close_segment()
+        else:
+            self.lost += count
+
+    def _open_segment(self) -> bool:
+        directory = Path(self.config.directory)
+        seq = self._seq
+        self._seq += 1
+        path = directory / segment_name(self.config.prefix, seq)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        except OSError as exc:
+            self._disk_error(f"cannot create {path}: {exc.strerror or exc}")
+            return False
+        self.path, self._seg_bytes, self._seg_opened = path, 0, time.monotonic()
+        header = msgspec.structs.replace(self.header, segment=seq)
+        if not self._write(self._cctx.compress(encode_header(header))):
+            _remove(path)
+            return False
+        self.paths.append(path)
+        return True
+
+    def _write(self, frame: bytes) -> bool:
+        """Append one frame; on error cut the partial frame off, close the segment, schedule a retry."""
+        assert self._fd is not None
+        view, start = memoryview(frame), self._seg_bytes
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+                self._seg_bytes += n
+            if self.config.fsync:
+                os.fsync(self._fd)
+        except OSError as exc:
+            self._disk_error(f"cannot write {self.path}: {exc.strerror or exc}")
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+            self._close_segment()
+            return False
+        self.bytes_written += len(frame)
+        return True
+
+    def _close_segment(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError as exc:
+                self._error(f"cannot close {self.path}: {exc.strerror or exc}")
+            self._fd = None
+
+    def _disk_error(self, message: str) -> None:
+        self._error(message)
+        self._retry_at = time.monotonic() + self.config.retry_interval_s
+
+    def _error(self, message: str) -> None:
+        self.errors += 1
+        self.last_error = message
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
