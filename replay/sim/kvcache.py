@@ -1,0 +1,113 @@
+"""The paged KV cache: fixed 16-token blocks, reference counts, prefix caching with an LRU.
+
+Blocks whose tokens are all computed get a chained hash; freed hashed blocks stay findable in an
+LRU until evicted, as in vLLM's block pool. Pure bookkeeping with ints: never timing, never I/O.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+
+from replay.sim.catalog import GiB, Gpu, Model, precision
+
+BLOCK_SIZE = 16
+ACTIVATION_RESERVE_GIB = 1.5  # activations, CUDA graphs and allocator slack per GPU
+
+
+def kv_blocks_for(gpu: Gpu, model: Model, *, tp: int = 1, dtype: str = "bf16", kv_bytes: float = 2.0,
+                  gpu_memory_utilization: float = 0.9, block_size: int = BLOCK_SIZE) -> int:
+    """Blocks that fit: (GPU memory × utilization − weights − reserve) per GPU, over KV bytes per block."""
+    b_w, _ = precision(dtype)
+    weights = model.params_b * 1e9 * b_w / tp
+    free = gpu.memory_gib * GiB * gpu_memory_utilization - weights - ACTIVATION_RESERVE_GIB * GiB
+    kv_heads_per_gpu = max(model.kv_heads, tp) / tp
+    per_block = 2 * model.layers * kv_heads_per_gpu * model.head_dim * kv_bytes * block_size
+    return max(0, int(free // per_block))
+
+
+class KVCache:
+    """Block pool: allocate/free by count, look up cached prefixes, count prefix queries/hits in tokens."""
+
+    def __init__(self, num_blocks: int, *, block_size: int = BLOCK_SIZE, prefix_caching: bool = True) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.prefix_caching = prefix_caching
+        self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # never-hashed free blocks (stack)
+        self._lru: OrderedDict[int, None] = OrderedDict()  # freed hashed blocks, oldest first
+        self._ref = [0] * num_blocks
+        self._hash: list[Hashable | None] = [None] * num_blocks
+        self._by_hash: dict[Hashable, int] = {}
+        self.used = 0
+        self.queries = 0  # prefix-cache queries, tokens (vLLM: prompt tokens looked up)
+        self.hits = 0  # prefix-cache hits, tokens
+
+    def num_free(self) -> int:
+        return len(self._free) + len(self._lru)
+
+    def usage(self) -> float:
+        return self.used / self.num_blocks if self.num_blocks else 0.0
+
+    def lookup(self, hashes: Sequence[Hashable], max_blocks: int) -> list[int]:
+        """Cached blocks for the longest matching prefix (at most max_blocks); touches nothing."""
+        out: list[int] = []
+        if not self.prefix_caching:
+            return out
+        by_hash = self._by_hash
+        for h in hashes[:max_blocks]:
+            b = by_hash.get(h)
+            if b is None:
+                break
+            out.append(b)
+        return out
+
+    def evictable_among(self, blocks: Sequence[int]) -> int:
+        """How many of these blocks sit in the LRU (taking them shrinks the free count)."""
+        ref = self._ref
+        return sum(1 for b in blocks if ref[b] == 0)
+
+    def touch(self, blocks: Sequence[int]) -> None:
+        ref = self._ref
+        for b in blocks:
+            if ref[b] == 0:
+                del self._lru[b]
+                self.used += 1
+            ref[b] += 1
+
+    def allocate(self, n: int) -> list[int] | None:
+        """n fresh blocks (evicting least recently freed cached blocks), or None when they do not fit."""
+        if n > len(self._free) + len(self._lru):
+            return None
+        out: list[int] = []
+        free, ref = self._free, self._ref
+        for _ in range(n):
+            if free:
+                b = free.pop()
+            else:
+                b, _ = self._lru.popitem(last=False)
+                h = self._hash[b]
+                if self._by_hash.get(h) == b:
+                    del self._by_hash[h]
+                self._hash[b] = None
+            ref[b] = 1
+            out.append(b)
+        self.used += n
+        return out
+
+    def free(self, blocks: Sequence[int]) -> None:
+        """Release a request's blocks, tail first so that prefix heads are evicted last."""
+        ref, hashes = self._ref, self._hash
+        for b in reversed(blocks):
+            ref[b] -= 1
+            if ref[b] == 0:
+                self.used -= 1
+                if hashes[b] is None:
+                    self._free.append(b)
+                else:
+                    self._lru[b] = None
+
+    def register(self, block: int, h: Hashable) -> None:
+        """A block is full of computed tokens: make it findable under its chained hash."""
+        if self.prefix_caching and self._hash[block] is None and h not in self._by_hash:
+            self._hash[block] = h
+            self._by_hash[h] = block

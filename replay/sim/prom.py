@@ -1,0 +1,139 @@
+"""The simulator's /metrics: vLLM's metric names, labels and buckets, rendered only on scrape.
+
+The hot path bumps plain ints (`ServerStats`, `FastHistogram.observe`); the collector turns them
+into Prometheus families when scraped. Nothing here runs per token beyond a bisect and two adds.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+# vLLM v1 buckets (vllm/v1/metrics/loggers.py)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+               40.0, 80.0)
+REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+                           120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+EMIT_LAG_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025, 0.05,
+                    0.1, 0.25, 1.0)
+
+
+class FastHistogram:
+    """A cumulative-on-scrape histogram: observe() is a bisect and two adds."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, v: float) -> None:
+        self.counts[bisect_left(self.bounds, v)] += 1
+        self.sum += v
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def buckets(self) -> list[tuple[str, int]]:
+        out, acc = [], 0
+        for b, c in zip(self.bounds, self.counts, strict=False):
+            acc += c
+            out.append((repr(float(b)), acc))
+        out.append(("+Inf", acc + self.counts[-1]))
+        return out
+
+    def quantile(self, q: float) -> float:
+        """Upper bucket bound holding the q-quantile (coarse; for logs and the bench)."""
+        total, acc = self.count, 0
+        for b, c in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            acc += c
+            if total and acc >= q * total:
+                return b
+        return 0.0
+
+
+class ServerStats:
+    """Counters and histograms of one replica, updated inline by the server."""
+
+    def __init__(self) -> None:
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0, "error": 0}
+        self.ttft = FastHistogram(TTFT_BUCKETS)
+        self.itl = FastHistogram(ITL_BUCKETS)
+        self.e2e = FastHistogram(REQUEST_LATENCY_BUCKETS)
+        self.queue = FastHistogram(REQUEST_LATENCY_BUCKETS)
+        self.emit_lag = FastHistogram(EMIT_LAG_BUCKETS)
+        self.emit_lag_max = 0.0
+        self.rejected = 0
+
+
+class SimCollector:
+    """Renders an engine's gauges/counters and a ServerStats as vLLM-named metric families."""
+
+    def __init__(self, model_name: str, engine_index: int, stats: ServerStats,
+                 gauges: Callable[[], tuple[int, int, float, int, int, int]]) -> None:
+        self.labels = [model_name, str(engine_index)]
+        self.stats = stats
+        self.gauges = gauges  # -> running, waiting, kv usage, preemptions, prefix queries, prefix hits
+
+    def collect(self) -> Iterator[Metric]:
+        ln = ["model_name", "engine"]
+        running, waiting, usage, preempt, queries, hits = self.gauges()
+        s = self.stats
+        for name, doc, value in (
+            ("vllm:num_requests_running", "Number of requests in model execution batches.", running),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=ln)
+            g.add_metric(self.labels, value)
+            yield g
+        for name, doc, value in (
+            ("vllm:num_preemptions", "Cumulative number of preemption from the engine.", preempt),
+            ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", queries),
+            ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", hits),
+            ("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens),
+            ("vllm:generation_tokens", "Number of generation tokens processed.", s.generation_tokens),
+        ):
+            c = CounterMetricFamily(name, doc, labels=ln)
+            c.add_metric(self.labels, value)
+            yield c
+        c = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
+                                labels=[*ln, "finished_reason"])
+        for reason, n in s.success.items():
+            c.add_metric([*self.labels, reason], n)
+        yield c
+        for name, doc, h in (
+            ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", s.ttft),
+            ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", s.itl),
+            ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", s.e2e),
+            ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+             s.queue),
+            ("slogate_sim_emit_lag_seconds", "|actual − scheduled| write time of each streamed token.",
+             s.emit_lag),
+        ):
+            fam = HistogramMetricFamily(name, doc, labels=ln)
+            fam.add_metric(self.labels, h.buckets(), h.sum)
+            yield fam
+        c = CounterMetricFamily("slogate_sim_rejected", "Requests rejected by the bounded waiting queue.",
+                                labels=ln)
+        c.add_metric(self.labels, s.rejected)
+        yield c
+
+
+def make_registry(collector: SimCollector) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)  # type: ignore[arg-type]
+    return reg
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

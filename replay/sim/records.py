@@ -1,0 +1,93 @@
+"""What a virtual run takes and gives: planned requests in, per-token results and engine stats out.
+
+Plain msgspec records plus metric helpers from traces.metrics (so a TTFT here means what it means
+in a trace); the engine fills them in. No timing logic and no I/O here.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import msgspec
+
+from traces import metrics
+from traces.record import RequestRecord
+
+
+class SimRequest(msgspec.Struct, kw_only=True):
+    """One planned request for a virtual run."""
+
+    arrival: float  # seconds
+    prompt_tokens: int
+    output_tokens: int | None = None  # forced output length (ignore_eos / min_tokens)
+    max_tokens: int | None = None  # cap of the seeded length when output_tokens is None
+    hash_ids: list[int] | None = None  # chained prefix-block ids
+    hash_block_tokens: int | None = None  # tokens per hash id (default SimConfig.hash_block_tokens)
+    id: str | int | None = None
+
+
+class SimResult(msgspec.Struct, kw_only=True):
+    """What one request saw: every token's emission time, queueing, cache hits, preemptions."""
+
+    index: int
+    id: str | int | None
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    token_times: list[float]
+    first_scheduled: float | None = None
+    cached_tokens: int = 0
+    preemptions: int = 0
+    replica: int = 0
+    error: str | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        return self.token_times[0] - self.arrival if self.token_times else None
+
+    @property
+    def e2e(self) -> float | None:
+        return self.token_times[-1] - self.arrival if self.token_times else None
+
+    @property
+    def tpot(self) -> float | None:
+        return metrics.tpot(self.e2e, self.ttft, len(self.token_times))
+
+    @property
+    def queue(self) -> float | None:
+        return None if self.first_scheduled is None else self.first_scheduled - self.arrival
+
+    def itl(self) -> list[float]:
+        ts = self.token_times
+        return [b - a for a, b in itertools.pairwise(ts)]
+
+    def to_record(self, endpoint: str = "/v1/completions", model: str | None = None) -> RequestRecord:
+        return RequestRecord(
+            t=self.arrival, endpoint=endpoint, model=model, input_tokens=self.prompt_tokens,
+            output_tokens=len(self.token_times), tokens_source="usage", ttft=self.ttft, tpot=self.tpot,
+            e2e=self.e2e, ttfb=self.ttft, queue=self.queue, itl=metrics.itl_summary(self.itl()),
+            status=200 if self.error is None else 400, error=self.error,
+            finish_reason="length" if self.error is None else None, cached_tokens=self.cached_tokens,
+        )
+
+
+class SimStats(msgspec.Struct, kw_only=True):
+    """Engine counters of a virtual run (summed over replicas)."""
+
+    requests: int = 0
+    errors: int = 0
+    steps: int = 0
+    preemptions: int = 0
+    prefix_queries_tokens: int = 0
+    prefix_hits_tokens: int = 0
+    busy_s: float = 0.0
+    end_time: float = 0.0
+    kv_blocks: int = 0
+    max_num_seqs: int = 0
+    max_num_batched_tokens: int = 0
+    wall_s: float = 0.0
+
+
+class SimRun(msgspec.Struct):
+    results: list[SimResult]
+    stats: SimStats

@@ -1,0 +1,264 @@
+"""Which tokens of which requests run in the next step: vLLM V1 (and the older V0) scheduling.
+
+V1: a token budget per step, running requests first in admission order, then waiting ones while
+running < max_num_seqs; chunked prefill; preempt the newest running request when blocks run out
+(recompute later). Bookkeeping with ints and lists only: it never sleeps, never does I/O.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable
+
+from replay.sim.kvcache import KVCache
+
+
+class SimReq:
+    """Engine-side state of one request. `emit(t)` is called once per output token."""
+
+    __slots__ = (
+        "aborted", "arrival", "blocks", "cached_tokens", "done", "emit", "first_sched", "hashes",
+        "nhashed", "num_computed", "num_generated", "on_finish", "output_tokens", "preemptions",
+        "prompt_tokens", "uid",
+    )
+
+    def __init__(self, uid: int, arrival: float, prompt_tokens: int, output_tokens: int,
+                 hashes: list[Hashable], emit: Callable[[float], None],
+                 on_finish: Callable[[SimReq, float], None] | None = None) -> None:
+        self.uid = uid
+        self.arrival = arrival
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = max(1, output_tokens)
+        self.hashes = hashes  # chained hashes of the prompt's full KV blocks
+        self.emit = emit
+        self.on_finish = on_finish
+        self.num_computed = 0
+        self.num_generated = 0
+        self.blocks: list[int] = []
+        self.nhashed = 0
+        self.first_sched: float | None = None
+        self.cached_tokens: int | None = None
+        self.preemptions = 0
+        self.done = False
+        self.aborted = False
+
+    def block_hash(self, i: int) -> Hashable:
+        return self.hashes[i] if i < len(self.hashes) else (self.uid, i)
+
+
+class Scheduler:
+    """Forms steps over a KV cache; `schedule(now)` then `complete(t_end)` once the step ran."""
+
+    def __init__(self, kv: KVCache, *, max_num_seqs: int, max_num_batched_tokens: int,
+                 policy: str = "v1") -> None:
+        self.kv = kv
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.v0 = policy == "v0"
+        self.running: list[SimReq] = []
+        self.waiting: deque[SimReq] = deque()
+        self.batch: list[SimReq] = []  # requests in the step being run
+        self.batch_tokens: list[int] = []  # their new tokens
+        self.num_preemptions = 0
+        self.steps = 0
+        # shape of the last scheduled step
+        self.new_tokens = 0
+        self.kv_tokens = 0
+        self.attn_work = 0.0
+
+    def add(self, req: SimReq) -> None:
+        self.waiting.append(req)
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def abort(self, req: SimReq) -> None:
+        """Drop a request wherever it is and free its blocks (client went away)."""
+        if req.done:
+            return
+        req.done = req.aborted = True
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req in self.running:
+            self.running.remove(req)
+        self.kv.free(req.blocks)
+        req.blocks = []
+
+    # -- forming a step ----------------------------------------------------------------------
+
+    def _preempt(self, victim: SimReq) -> None:
+        self.kv.free(victim.blocks)
+        victim.blocks = []
+        victim.num_computed = 0
+        victim.nhashed = 0
+        victim.preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(victim)
+
+    def _take(self, req: SimReq, n: int) -> None:
+        c = req.num_computed
+        self.batch.append(req)
+        self.batch_tokens.append(n)
+        self.new_tokens += n
+        self.kv_tokens += c + n
+        self.attn_work += n * (c + 0.5 * n)
+
+    def _grow(self, req: SimReq, n: int) -> bool:
+        """Give req blocks for n more tokens, preempting the newest running requests if needed."""
+        need = (req.num_computed + n + self.kv.block_size - 1) // self.kv.block_size - len(req.blocks)
+        if need <= 0:
+            return True
+        while True:
+            got = self.kv.allocate(need)
+            if got is not None:
+                req.blocks += got
+                return True
+            victim = self.running.pop()
+            self._preempt(victim)
+            if victim is req:
+                return False
+
+    def _admit(self, req: SimReq, budget: int, now: float, chunked: bool) -> int:
+        """Try to start a waiting request; returns its scheduled tokens (0 = could not)."""
+        kv = self.kv
+        total = req.prompt_tokens + req.num_generated
+        hits: list[int] = []
+        if kv.prefix_caching and req.num_computed == 0:
+            hits = kv.lookup([req.block_hash(i) for i in range((total - 1) // kv.block_size)],
+                             (total - 1) // kv.block_size)
+        computed = len(hits) * kv.block_size
+        n = total - computed
+        if n > budget:
+            if not chunked and self.batch:
+                return 0
+            n = budget if chunked else n
+        need = (computed + n + kv.block_size - 1) // kv.block_size - len(hits)
+        if need > kv.num_free() - kv.evictable_among(hits):
+            return 0
+        kv.touch(hits)
+        req.blocks = hits + (kv.allocate(need) or [])
+        req.num_computed = computed
+        req.nhashed = len(hits)
+        kv.queries += total
+        kv.hits += computed
+        if req.cached_tokens is None:
+            req.cached_tokens = computed
+        if req.first_sched is None:
+            req.first_sched = now
+        return n
+
+    def schedule(self, now: float) -> bool:
+        """Pick the next step's work; False when there is nothing to run."""
+        self.batch = []
+        self.batch_tokens = []
+        self.new_tokens = self.kv_tokens = 0
+        self.attn_work = 0.0
+        if self.v0:
+            self._schedule_v0(now)
+        else:
+            self._schedule_v1(now)
+        return bool(self.batch)
+
+    def _schedule_v1(self, now: float) -> None:
+        budget = self.max_num_batched_tokens
+        running = self.running
+        preempted = self.num_preemptions
+        bs = self.kv.block_size
+        batch, batch_tokens = self.batch, self.batch_tokens
+        new_tokens = kv_tokens = 0
+        attn = 0.0
+        i = 0
+        # hot loop (every step, every running request): _take and the no-allocation case inlined
+        while i < len(running) and budget > 0:
+            req = running[i]
+            c = req.num_computed
+            n = req.prompt_tokens + req.num_generated - c
+            if n > budget:
+                n = budget
+            if (c + n + bs - 1) // bs > len(req.blocks) and not self._grow(req, n):
+                break
+            batch.append(req)
+            batch_tokens.append(n)
+            new_tokens += n
+            kv_tokens += c + n
+            attn += n * (c + 0.5 * n)
+            budget -= n
+            i += 1
+        self.new_tokens, self.kv_tokens, self.attn_work = new_tokens, kv_tokens, attn
+        if self.num_preemptions != preempted:
+            return
+        waiting = self.waiting
+        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+            req = waiting[0]
+            if req.arrival > now:  # real clock running late: not yet arrived at this step's start
+                break
+            n = self._admit(req, budget, now, chunked=True)
+            if n == 0:
+                break
+            waiting.popleft()
+            running.append(req)
+            self._take(req, n)
+            budget -= n
+
+    def _schedule_v0(self, now: float) -> None:
+        """Prefill-first: a step with new prompts runs only those prompts (decodes stall)."""
+        budget = self.max_num_batched_tokens
+        running, waiting = self.running, self.waiting
+        while waiting and len(running) < self.max_num_seqs:
+            req = waiting[0]
+            if req.arrival > now:
+                break
+            n = self._admit(req, budget, now, chunked=False)
+            if n == 0:
+                break
+            waiting.popleft()
+            running.append(req)
+            self._take(req, n)
+            budget -= n
+            if budget <= 0:
+                break
+        if self.batch:
+            return
+        for req in list(running):
+            if req.done:
+                continue
+            n = req.prompt_tokens + req.num_generated - req.num_computed
+            if req not in running or not self._grow(req, n):
+                continue
+            self._take(req, n)
+
+    # -- finishing a step --------------------------------------------------------------------
+
+    def complete(self, t_end: float) -> int:
+        """The step ran until t_end: advance computed tokens, emit one token per finished prompt."""
+        self.steps += 1
+        kv = self.kv
+        bs = kv.block_size
+        caching = kv.prefix_caching
+        finished = 0
+        for req, n in zip(self.batch, self.batch_tokens, strict=True):
+            if req.aborted:
+                continue
+            c = req.num_computed = req.num_computed + n
+            if caching and c >= (req.nhashed + 1) * bs:
+                full = c // bs
+                blocks, hashes = req.blocks, req.hashes
+                nh = len(hashes)
+                for j in range(req.nhashed, full):
+                    kv.register(blocks[j], hashes[j] if j < nh else (req.uid, j))
+                req.nhashed = full
+            if c >= req.prompt_tokens + req.num_generated:
+                g = req.num_generated = req.num_generated + 1
+                req.emit(t_end)
+                if req.aborted:
+                    continue
+                if g >= req.output_tokens:
+                    req.done = True
+                    finished += 1
+                    kv.free(req.blocks)
+                    req.blocks = []
+                    if req.on_finish is not None:
+                        req.on_finish(req, t_end)
+        if finished:
+            self.running = [r for r in self.running if not r.done]
+        return finished
