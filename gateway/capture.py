@@ -1,0 +1,121 @@
+"""Capture: the bridge from finished requests to the trace writer thread (`traces.writer`).
+
+The hot path only decides sampling (seeded RNG) and appends to a list; every 50 ms the batch goes
+to `TraceWriter.submit` (a `put_nowait` on a bounded queue), so the writer thread wakes once per
+batch, not once per request. Canonical prompt bytes and prefix hashing run in the writer thread.
+A full queue drops and counts the record; capture never delays a response or logs prompt content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any
+
+from gateway.config import GatewayConfig
+from traces.anonymize import PrefixHasher, SaltError, load_salt
+from traces.cli import UsageError
+from traces.record import RequestRecord, TraceHeader
+from traces.request_info import prompt_bytes
+from traces.writer import TraceWriter, WriterConfig
+
+BATCH_S = 0.05  # records wait at most this long on the event loop before going to the writer
+
+
+class Capture:
+    """Sampling + submission to one `TraceWriter`; `t` of a record counts from `start_ns`."""
+
+    def __init__(self, cfg: GatewayConfig, *, start_ns: int, start_unix: float, config_digest: str) -> None:
+        trace = cfg.trace
+        assert trace.dir is not None
+        try:
+            salt = load_salt(trace.salt_file)
+        except SaltError as exc:
+            raise UsageError(f"gateway.trace.salt_file (--trace-salt-file): {exc}") from None
+        hasher = PrefixHasher(salt)
+        del salt
+        header = TraceHeader(
+            start_unix=start_unix,
+            slos=dict(cfg.slos),
+            config_digest=config_digest,
+            source="gateway",
+        )
+        self.writer = TraceWriter(
+            WriterConfig(
+                directory=trace.dir,
+                flush_interval_s=trace.flush_interval,
+                max_segment_bytes=trace.rotate_bytes,
+                max_segment_age_s=trace.rotate_seconds,
+                queue_size=trace.queue_size,
+            ),
+            header,
+            hasher=hasher,
+        )
+        self.sample = trace.sample
+        self.keep_chunk_times = trace.chunk_times
+        self._rng = random.Random(trace.seed)
+        self.start_ns = start_ns
+        self.sampled_out = 0
+        self.dropped_here = 0  # batch full (the writer's queue size bounds the batch too)
+        self._limit = trace.queue_size
+        self._batch: list[tuple[RequestRecord, Any]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        """Start the writer thread; called on the event loop, records are then batched."""
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None  # no loop (tests, tools): submit straight to the writer
+        self.writer.start()
+
+    def submit(self, record: RequestRecord, body: Any) -> None:
+        """Queue one finished record (and the decoded request body, for hashing) for the writer."""
+        if self.sample < 1.0 and self._rng.random() >= self.sample:
+            self.sampled_out += 1
+            return
+        if not self.keep_chunk_times:
+            record.chunk_times = None
+        if self._loop is None:
+            self._submit(record, body)
+            return
+        batch = self._batch
+        if len(batch) >= self._limit:
+            self.dropped_here += 1
+            return
+        batch.append((record, body))
+        if self._handle is None:
+            self._handle = self._loop.call_later(BATCH_S, self.hand_over)
+
+    def hand_over(self) -> None:
+        """Give the pending batch to the writer thread (it drains the queue in one wake-up)."""
+        self._handle = None
+        batch, self._batch = self._batch, []
+        for record, body in batch:
+            self._submit(record, body)
+
+    def _submit(self, record: RequestRecord, body: Any) -> None:
+        self.writer.submit(record, prompt=(lambda: prompt_bytes(body)) if isinstance(body, dict) else None)
+
+    def counts(self) -> tuple[int, int]:
+        """(written, dropped): dropped includes a full queue/batch and records lost to disk errors."""
+        return self.writer.written, self.writer.dropped + self.writer.lost + self.dropped_here
+
+    def stop_batching(self) -> None:
+        """On the event loop, at shutdown: hand over the pending batch; later records go straight through."""
+        if self._handle is not None:
+            self._handle.cancel()
+        self._loop = None
+        self.hand_over()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Flush the last frame and join the writer thread (blocking: call `stop_batching` first)."""
+        self.hand_over()
+        self.writer.close(timeout)
+
+
+def perf_epoch() -> tuple[int, float]:
+    """A (perf_counter_ns, wall-clock) pair taken together: the trace's t = 0."""
+    return time.perf_counter_ns(), time.time()

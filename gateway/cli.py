@@ -1,0 +1,159 @@
+"""`slogate gateway`: parse flags (+ optional TOML config) into a GatewayConfig and run the server on uvloop.
+
+Flags override the config file; every mistake a user can make is a one-line `UsageError` (exit 2).
+Never imports replay code or anything heavy (no rich, no matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import sys
+from typing import Any
+
+from gateway.config import build_config, merge, read_toml, slo_flag
+from traces.cli import UsageError
+from traces.slo import SloError, parse_duration
+
+EXAMPLES = """\
+examples:
+  # one upstream, metrics and status on the same port
+  slogate gateway --listen 0.0.0.0:8080 --upstream http://127.0.0.1:8000
+
+  # SLOs for goodput, a separate admin port, capture 10% of requests to a trace
+  slogate gateway --upstream http://127.0.0.1:8000 --slo interactive:ttft=0.5,tpot=50ms \\
+      --slo batch:e2e=60 --admin-listen 127.0.0.1:9090 --trace-dir /var/lib/slogate/traces \\
+      --trace-sample 0.1 --trace-salt-file /etc/slogate/salt
+
+  # everything from a file, one flag overridden
+  slogate gateway --config slogate.toml --idle-timeout 30
+
+  curl localhost:8080/metrics          # Prometheus text (or on --admin-listen)
+  curl localhost:8080/slogate/status   # 1 min / 5 min windows: rates, goodput, percentiles
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def _duration(text: str) -> float:
+    try:
+        value = parse_duration(text)
+    except SloError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="slogate gateway",
+        description="Transparent streaming sidecar for OpenAI-compatible LLM servers: relays every request, "
+        "measures TTFT/TPOT/tokens, exports goodput metrics and captures anonymized traces.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML file with a [gateway] table (flags override it)")
+    p.add_argument("--listen", metavar="HOST:PORT", help="proxy address (default 0.0.0.0:8080)")
+    p.add_argument("--upstream", metavar="URL", action="append", dest="upstreams",
+                   help="upstream server base URL; repeat for several (round-robin)")
+    p.add_argument("--admin-listen", metavar="HOST:PORT",
+                   help="serve /metrics and /slogate/status here instead of on --listen")
+    p.add_argument("--slo", metavar="NAME:SPEC", action="append", dest="slos",
+                   help="SLO for goodput, e.g. interactive:ttft=0.5,tpot=50ms,e2e=30 (repeatable)")
+    p.add_argument("--no-inject-usage", dest="inject_usage", action="store_false", default=None,
+                   help="do not add stream_options.include_usage to streams that lack it")
+    p.add_argument("--max-body-bytes", type=int, metavar="N", help="larger request bodies get 413 (default 32 MiB)")
+    p.add_argument("--max-connections", type=int, dest="max_connections_per_upstream", metavar="N",
+                   help="connection pool size per upstream (default 1024)")
+    p.add_argument("--shutdown-grace", type=_duration, metavar="SECONDS",
+                   help="on SIGTERM, wait this long for in-flight streams (default 30)")
+    t = p.add_argument_group("timeouts (seconds, or with a unit: 500ms, 2s)")
+    t.add_argument("--connect-timeout", type=_duration, metavar="S", help="TCP connect to the upstream (default 5)")
+    t.add_argument("--ttfb-timeout", type=_duration, metavar="S", help="until the first response byte (default 300)")
+    t.add_argument("--idle-timeout", type=_duration, metavar="S", help="gap between chunks (default 60)")
+    t.add_argument("--total-timeout", type=_duration, metavar="S", help="whole request (default 3600)")
+    c = p.add_argument_group("trace capture")
+    c.add_argument("--trace-dir", metavar="DIR", help="write anonymized trace segments here")
+    c.add_argument("--trace-sample", type=float, metavar="FRACTION", help="fraction of requests captured (default 1)")
+    c.add_argument("--trace-seed", type=int, metavar="N", help="seed of the sampling RNG")
+    c.add_argument("--trace-salt-file", metavar="FILE",
+                   help="secret salt for prefix hashes (created 0600 when missing; SLOGATE_TRACE_SALT wins)")
+    c.add_argument("--trace-flush-interval", type=_duration, metavar="S", help="flush a zstd frame this often (default 1)")
+    c.add_argument("--trace-rotate-bytes", type=int, metavar="N", help="rotate segments at this size (default 256 MiB)")
+    c.add_argument("--trace-rotate-seconds", type=_duration, metavar="S", help="rotate segments at this age (default 3600)")
+    c.add_argument("--trace-queue-size", type=int, metavar="N", help="writer queue; a full queue drops records")
+    c.add_argument("--trace-chunk-times", action="store_true", default=None,
+                   help="also store every chunk's time offset per request")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "listen": args.listen,
+        "admin_listen": args.admin_listen,
+        "upstreams": args.upstreams,
+        "inject_usage": args.inject_usage,
+        "max_body_bytes": args.max_body_bytes,
+        "max_connections_per_upstream": args.max_connections_per_upstream,
+        "shutdown_grace": args.shutdown_grace,
+        "timeouts.connect": args.connect_timeout,
+        "timeouts.ttfb": args.ttfb_timeout,
+        "timeouts.idle": args.idle_timeout,
+        "timeouts.total": args.total_timeout,
+        "trace.dir": args.trace_dir,
+        "trace.sample": args.trace_sample,
+        "trace.seed": args.trace_seed,
+        "trace.salt_file": args.trace_salt_file,
+        "trace.flush_interval": args.trace_flush_interval,
+        "trace.rotate_bytes": args.trace_rotate_bytes,
+        "trace.rotate_seconds": args.trace_rotate_seconds,
+        "trace.queue_size": args.trace_queue_size,
+        "trace.chunk_times": args.trace_chunk_times,
+    }
+    if args.slos:
+        out["slos"] = dict(slo_flag(s) for s in args.slos)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    try:
+        return _main(argv)
+    except UsageError as exc:  # also when the dispatcher runs as __main__ (its UsageError is another class)
+        print(f"slogate gateway: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    base = read_toml(args.config) if args.config else {}
+    cfg = build_config(merge(base, overrides(args)))
+
+    from gateway.logs import setup_logging
+    from gateway.server import serve
+
+    setup_logging(args.log_level)
+    try:
+        _run(serve(cfg))
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise UsageError(f"cannot listen: {exc}; choose another --listen / --admin-listen address") from None
+        raise
+    return 0
+
+
+def _run(coro: Any) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        asyncio.run(coro)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(coro)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

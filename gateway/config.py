@@ -1,0 +1,259 @@
+"""The gateway's configuration: one `GatewayConfig` struct from `slogate.toml` and command-line flags.
+
+Flags override the TOML file; both go through the same validation, and a bad value raises
+`UsageError` naming the key (`gateway.timeouts.idle`) and what is allowed. Never touches the network.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from traces.cli import UsageError
+from traces.slo import Slo, SloError, parse_duration, parse_slo
+
+
+class Timeouts(msgspec.Struct, forbid_unknown_fields=True):
+    """Seconds; `inf` disables one."""
+
+    connect: float = 5.0  # TCP connect to the upstream
+    ttfb: float = 300.0  # request sent → first response byte (queueing + prefill)
+    idle: float = 60.0  # gap between two response chunks
+    total: float = 3600.0  # whole request
+
+
+class TraceConfig(msgspec.Struct, forbid_unknown_fields=True):
+    dir: str | None = None  # no capture without a directory
+    sample: float = 1.0  # fraction of measured requests written
+    seed: int | None = None  # sampling RNG seed (None: random)
+    salt_file: str | None = None  # SLOGATE_TRACE_SALT wins; created 0600 when missing
+    flush_interval: float = 1.0
+    rotate_bytes: int = 256 << 20
+    rotate_seconds: float = 3600.0
+    queue_size: int = 65536
+    chunk_times: bool = False  # also store every chunk offset per request
+
+
+class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
+    listen: str = "0.0.0.0:8080"
+    admin_listen: str | None = None  # /metrics and /slogate/status here instead of on `listen`
+    upstreams: list[str] = []
+    slos: dict[str, str] = {}  # name -> "ttft=0.5,tpot=50ms"
+    inject_usage: bool = True
+    max_body_bytes: int = 32 << 20
+    shutdown_grace: float = 30.0
+    max_connections_per_upstream: int = 1024
+    max_model_labels: int = 32  # distinct `model` label values before folding into "other"
+    expected_output_tokens: int = 256  # in-flight token estimate when max_tokens is absent
+    loop_lag_interval: float = 0.5
+    timeouts: Timeouts = msgspec.field(default_factory=Timeouts)
+    trace: TraceConfig = msgspec.field(default_factory=TraceConfig)
+
+
+# What a value must look like, per key (used in error messages).
+_HINTS: dict[str, str] = {
+    "listen": 'a "HOST:PORT" address, e.g. "0.0.0.0:8080"',
+    "admin_listen": 'a "HOST:PORT" address, e.g. "127.0.0.1:9090"',
+    "upstreams": 'a list of URLs, e.g. ["http://127.0.0.1:8000"]',
+    "slos": 'a table NAME = "ttft=0.5,tpot=50ms,e2e=30"',
+    "inject_usage": "true or false",
+    "max_body_bytes": "a positive integer (bytes)",
+    "shutdown_grace": "a non-negative number of seconds",
+    "max_connections_per_upstream": "a positive integer",
+    "max_model_labels": "a positive integer",
+    "expected_output_tokens": "a positive integer",
+    "loop_lag_interval": "a positive number of seconds",
+    "timeouts.connect": "a positive number of seconds",
+    "timeouts.ttfb": "a positive number of seconds",
+    "timeouts.idle": "a positive number of seconds",
+    "timeouts.total": "a positive number of seconds",
+    "trace.dir": "a directory path",
+    "trace.sample": "a fraction in (0, 1]",
+    "trace.seed": "an integer",
+    "trace.salt_file": "a file path",
+    "trace.flush_interval": "a positive number of seconds",
+    "trace.rotate_bytes": "a positive integer (bytes)",
+    "trace.rotate_seconds": "a positive number of seconds",
+    "trace.queue_size": "a positive integer",
+    "trace.chunk_times": "true or false",
+}
+_DURATION_KEYS = {k for k, v in _HINTS.items() if "seconds" in v}
+# The command-line flag for a key, so an error can name both.
+FLAGS: dict[str, str] = {
+    "listen": "--listen",
+    "admin_listen": "--admin-listen",
+    "upstreams": "--upstream",
+    "slos": "--slo",
+    "inject_usage": "--no-inject-usage",
+    "max_body_bytes": "--max-body-bytes",
+    "shutdown_grace": "--shutdown-grace",
+    "max_connections_per_upstream": "--max-connections",
+    "timeouts.connect": "--connect-timeout",
+    "timeouts.ttfb": "--ttfb-timeout",
+    "timeouts.idle": "--idle-timeout",
+    "timeouts.total": "--total-timeout",
+    "trace.dir": "--trace-dir",
+    "trace.sample": "--trace-sample",
+    "trace.seed": "--trace-seed",
+    "trace.salt_file": "--trace-salt-file",
+    "trace.flush_interval": "--trace-flush-interval",
+    "trace.rotate_bytes": "--trace-rotate-bytes",
+    "trace.rotate_seconds": "--trace-rotate-seconds",
+    "trace.queue_size": "--trace-queue-size",
+}
+
+
+def _bad(key: str, value: Any, hint: str | None = None) -> UsageError:
+    flag = f" ({FLAGS[key]})" if key in FLAGS else ""
+    hint = hint or _HINTS.get(key, "a valid value")
+    return UsageError(f"gateway.{key}{flag}: expected {hint}, got {_show(value)}")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    return repr(value)
+
+
+def _get(data: dict, dotted: str) -> Any:
+    cur: Any = data
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """The `[gateway]` table of a TOML file (a file holding only gateway keys is accepted too)."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise UsageError(f"--config {path}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"--config {path}: not valid TOML ({exc})") from None
+    if "gateway" not in data:
+        if data and not set(data) <= set(GatewayConfig.__struct_fields__):
+            raise UsageError(f"--config {path}: no [gateway] table (found: {', '.join(sorted(data))})")
+        return data
+    table = data["gateway"]
+    if not isinstance(table, dict):
+        raise UsageError(f"--config {path}: [gateway] must be a table")
+    return table
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Overrides (from flags; dotted keys like `timeouts.idle`) on top of the TOML table."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        parts = dotted.split(".")
+        cur = out
+        for part in parts[:-1]:
+            nxt = cur.get(part)
+            if not isinstance(nxt, dict):
+                nxt = {}
+                cur[part] = nxt
+            cur = nxt
+        cur[parts[-1]] = value
+    return out
+
+
+def build_config(data: dict[str, Any]) -> GatewayConfig:
+    """Validate a merged dict into a GatewayConfig; UsageError names the first bad key."""
+    data = _coerce_durations(data)
+    try:
+        cfg = msgspec.convert(data, GatewayConfig)
+    except msgspec.ValidationError as exc:
+        raise _translate(exc, data) from None
+    _check(cfg)
+    return cfg
+
+
+def _coerce_durations(data: dict[str, Any]) -> dict[str, Any]:
+    """Accept "50ms"/"2s" strings for duration keys."""
+    out = merge(data, {})
+    for key in _DURATION_KEYS:
+        value = _get(out, key)
+        if isinstance(value, str):
+            try:
+                seconds = parse_duration(value)
+            except SloError:
+                raise _bad(key, value) from None
+            out = merge(out, {key: seconds})
+    return out
+
+
+def _translate(exc: msgspec.ValidationError, data: dict[str, Any]) -> UsageError:
+    text = str(exc)
+    path = ""
+    if " - at `$." in text:
+        text, path = text.split(" - at `$.", 1)
+        path = path.rstrip("`")
+    path = path.split("[", 1)[0]
+    if text.startswith("Object contains unknown field"):
+        field = text.split("`")[1]
+        struct = {"": GatewayConfig, "timeouts": Timeouts, "trace": TraceConfig}.get(path, GatewayConfig)
+        where = f"gateway.{path}" if path else "gateway"
+        allowed = ", ".join(struct.__struct_fields__)
+        return UsageError(f"{where}: unknown key {field!r}; allowed keys: {allowed}")
+    if path:
+        return _bad(path, _get(data, path))
+    return UsageError(f"gateway: {text}")
+
+
+def _check(cfg: GatewayConfig) -> None:
+    for key in _DURATION_KEYS:
+        value = _get(msgspec.to_builtins(cfg), key)
+        if isinstance(value, float | int) and (math.isnan(value) or value <= 0):
+            if key == "shutdown_grace" and value == 0:
+                continue
+            raise _bad(key, value)
+    for key in ("max_body_bytes", "max_connections_per_upstream", "max_model_labels", "expected_output_tokens"):
+        if getattr(cfg, key) <= 0:
+            raise _bad(key, getattr(cfg, key))
+    for key in ("rotate_bytes", "queue_size"):
+        if getattr(cfg.trace, key) <= 0:
+            raise _bad(f"trace.{key}", getattr(cfg.trace, key))
+    if not 0.0 < cfg.trace.sample <= 1.0:
+        raise _bad("trace.sample", cfg.trace.sample)
+    parse_hostport(cfg.listen, key="listen")
+    if cfg.admin_listen is not None:
+        parse_hostport(cfg.admin_listen, key="admin_listen")
+    if not cfg.upstreams:
+        raise UsageError("gateway.upstreams (--upstream): give at least one upstream URL, e.g. --upstream http://127.0.0.1:8000")
+    for url in cfg.upstreams:
+        if not (url.startswith("http://") or url.startswith("https://")) or len(url.split("://", 1)[1]) == 0:
+            raise _bad("upstreams", url, "URLs starting with http:// or https://")
+    parse_slos(cfg.slos)
+
+
+def parse_slos(slos: dict[str, str]) -> list[Slo]:
+    out = []
+    for name, spec in slos.items():
+        try:
+            out.append(parse_slo(f"{name}:{spec}") if ":" not in spec.split("=", 1)[0] else parse_slo(spec))
+        except SloError as exc:
+            raise UsageError(f"gateway.slos.{name} (--slo): {exc}") from None
+    return out
+
+
+def parse_hostport(text: str, *, key: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise _bad(key, text)
+    return (host.strip("[]") or "0.0.0.0"), int(port)
+
+
+def slo_flag(text: str) -> tuple[str, str]:
+    """`--slo NAME:ttft=…` (or unnamed `ttft=…` → "default") as a (name, spec) pair."""
+    try:
+        slo = parse_slo(text)
+    except SloError as exc:
+        raise UsageError(f"--slo: {exc}") from None
+    return slo.name, slo.spec()

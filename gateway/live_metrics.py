@@ -1,0 +1,246 @@
+"""Live Prometheus metrics: plain counters and histograms updated once per request, rendered on scrape.
+
+The relay never touches `prometheus_client` objects: `LiveMetrics.observe(record, …)` does a few
+dict/int operations at the end of a request and `MetricsCollector` turns them into Prometheus
+families only when `/metrics` is scraped. Labels stay low-cardinality (model, upstream, status
+class, finish reason, slo); never request ids, paths, client addresses or text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from traces.record import RequestRecord
+
+# Explicit buckets: OTel GenAI semantic-convention advice, extended at the ends for LLM serving.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                10.0, 20.0, 40.0, 80.0)
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+                1.0, 2.5)
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+                    81.92, 163.84, 327.68)
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "function_call", "content_filter", "error", "abort"})
+LABEL_OTHER = "other"
+LABEL_NONE = "none"
+
+
+class Histogram:
+    """A cumulative-on-render histogram: one bisect and three increments per observation."""
+
+    __slots__ = ("bounds", "count", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(float(b) for b in bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def buckets(self) -> list[tuple[str, int]]:
+        out, acc = [], 0
+        for bound, n in zip(self.bounds, self.counts, strict=False):
+            acc += n
+            out.append((_le(bound), acc))
+        out.append(("+Inf", self.count))
+        return out
+
+
+def _le(bound: float) -> str:
+    return str(int(bound)) + ".0" if bound == int(bound) else repr(bound)
+
+
+class HistogramFamily:
+    __slots__ = ("bounds", "doc", "label_names", "name", "series")
+
+    def __init__(self, name: str, doc: str, label_names: tuple[str, ...], bounds: Sequence[float]) -> None:
+        self.name, self.doc, self.label_names, self.bounds = name, doc, label_names, bounds
+        self.series: dict[tuple[str, ...], Histogram] = {}
+
+    def get(self, labels: tuple[str, ...]) -> Histogram:
+        h = self.series.get(labels)
+        if h is None:
+            h = self.series[labels] = Histogram(self.bounds)
+        return h
+
+    def family(self) -> HistogramMetricFamily:
+        fam = HistogramMetricFamily(self.name, self.doc, labels=list(self.label_names))
+        for labels, h in self.series.items():
+            fam.add_metric(list(labels), h.buckets(), h.sum)
+        return fam
+
+
+class LiveMetrics:
+    """Every number `/metrics` shows, as plain Python values owned by the event loop."""
+
+    def __init__(self, slo_names: Iterable[str], *, max_models: int = 32) -> None:
+        self.max_models = max_models
+        self._models: set[str] = set()
+        m = ("model",)
+        self.ttft = HistogramFamily("gen_ai_server_time_to_first_token_seconds",
+                                    "Time to first output token of successful streamed responses.", m, TTFT_BUCKETS)
+        self.tpot = HistogramFamily("gen_ai_server_time_per_output_token_seconds",
+                                    "Time per output token after the first, successful responses.", m, TPOT_BUCKETS)
+        self.duration = HistogramFamily("gen_ai_server_request_duration_seconds",
+                                        "Request duration to the last byte (all measured requests).", m, DURATION_BUCKETS)
+        self.tokens = HistogramFamily("gen_ai_client_token_usage", "Input and output tokens per request.",
+                                      ("model", "gen_ai_token_type"), TOKEN_BUCKETS)
+        self.itl = HistogramFamily("slogate_inter_token_latency_seconds",
+                                   "Gaps between consecutive output-bearing chunks.", m, TPOT_BUCKETS)
+        self.queue = HistogramFamily("slogate_queue_seconds",
+                                     "Time a request waited inside the gateway before going upstream.", m, TTFT_BUCKETS)
+        self.overhead = HistogramFamily("slogate_gateway_overhead_seconds",
+                                        "Gateway time per request not spent waiting on the upstream or client.",
+                                        ("upstream",), OVERHEAD_BUCKETS)
+        self.requests: dict[tuple[str, str, str, str], int] = {}
+        self.slo_names = list(slo_names)
+        self.good_requests: dict[str, int] = dict.fromkeys(self.slo_names, 0)
+        self.good_output_tokens: dict[str, int] = dict.fromkeys(self.slo_names, 0)
+        self.output_tokens: dict[str, int] = {}
+        self.input_tokens: dict[str, int] = {}
+        self.loop_lag = 0.0
+        self.histograms = (self.ttft, self.tpot, self.duration, self.tokens, self.itl, self.queue, self.overhead)
+
+    def model_label(self, model: str | None) -> str:
+        if model is None:
+            return LABEL_NONE
+        if model in self._models:
+            return model
+        if len(self._models) < self.max_models and len(model) <= 128:
+            self._models.add(model)
+            return model
+        return LABEL_OTHER
+
+    def observe(self, record: RequestRecord, goods: Sequence[bool], gaps: Sequence[float] | None) -> None:
+        """Account one finished measured request (called once, at its end)."""
+        model = self.model_label(record.model)
+        labels = (model,)
+        upstream = record.upstream or LABEL_NONE
+        status_class = f"{record.status // 100}xx"
+        reason = record.finish_reason
+        if reason is None:
+            reason = "error" if record.error is not None else LABEL_NONE
+        elif reason not in FINISH_REASONS:
+            reason = LABEL_OTHER
+        key = (model, upstream, status_class, reason)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        failed = record.error is not None or not (200 <= record.status < 300)
+        if record.e2e is not None:
+            self.duration.get(labels).observe(record.e2e)
+        if not failed:
+            if record.ttft is not None:
+                self.ttft.get(labels).observe(record.ttft)
+            if record.tpot is not None:
+                self.tpot.get(labels).observe(record.tpot)
+            if gaps:
+                h = self.itl.get(labels)
+                counts, bounds = h.counts, h.bounds
+                for g in gaps:
+                    counts[bisect_left(bounds, g)] += 1
+                h.sum += sum(gaps)
+                h.count += len(gaps)
+        if record.queue is not None:
+            self.queue.get(labels).observe(record.queue)
+        if record.overhead is not None:
+            self.overhead.get((upstream,)).observe(record.overhead)
+        out = record.output_tokens
+        if record.input_tokens is not None:
+            self.tokens.get((model, "input")).observe(record.input_tokens)
+            self.input_tokens[model] = self.input_tokens.get(model, 0) + record.input_tokens
+        if out is not None:
+            self.tokens.get((model, "output")).observe(out)
+            self.output_tokens[model] = self.output_tokens.get(model, 0) + out
+        for name, good in zip(self.slo_names, goods, strict=True):
+            if good:
+                self.good_requests[name] += 1
+                self.good_output_tokens[name] += out or 0
+
+
+class MetricsCollector(Collector):
+    """Renders LiveMetrics, in-flight load and trace-writer counters at scrape time."""
+
+    def __init__(
+        self,
+        metrics: LiveMetrics,
+        inflight: Callable[[], Iterable[tuple[str, int, int]]],
+        trace_counts: Callable[[], tuple[int, int] | None],
+    ) -> None:
+        self.m = metrics
+        self.inflight = inflight
+        self.trace_counts = trace_counts
+
+    def collect(self) -> Iterable:
+        m = self.m
+        for h in m.histograms:
+            yield h.family()
+        fam = CounterMetricFamily("slogate_requests", "Measured requests by outcome.",
+                                  labels=["model", "upstream", "status_class", "finish_reason"])
+        for key, n in m.requests.items():
+            fam.add_metric(list(key), n)
+        yield fam
+        for name, doc, values in (
+            ("slogate_good_requests", "Requests that met the SLO (goodput numerator).", m.good_requests),
+            ("slogate_good_output_tokens", "Output tokens of requests that met the SLO.", m.good_output_tokens),
+        ):
+            fam = CounterMetricFamily(name, doc, labels=["slo"])
+            for slo, n in values.items():
+                fam.add_metric([slo], n)
+            yield fam
+        for name, doc, values in (
+            ("slogate_output_tokens", "Output tokens of measured requests.", m.output_tokens),
+            ("slogate_input_tokens", "Input (prompt) tokens of measured requests.", m.input_tokens),
+        ):
+            fam = CounterMetricFamily(name, doc, labels=["model"])
+            for model, n in values.items():
+                fam.add_metric([model], n)
+            yield fam
+        reqs = GaugeMetricFamily("slogate_inflight_requests", "Requests in flight per upstream.", labels=["upstream"])
+        toks = GaugeMetricFamily("slogate_inflight_tokens",
+                                 "Estimated tokens in flight per upstream (prompt + remaining output).",
+                                 labels=["upstream"])
+        for name, n_req, n_tok in self.inflight():
+            reqs.add_metric([name], n_req)
+            toks.add_metric([name], n_tok)
+        yield reqs
+        yield toks
+        counts = self.trace_counts()
+        if counts is not None:
+            fam = CounterMetricFamily("slogate_trace_records", "Trace records by outcome.", labels=["outcome"])
+            fam.add_metric(["written"], counts[0])
+            fam.add_metric(["dropped"], counts[1])
+            yield fam
+        yield GaugeMetricFamily("slogate_event_loop_lag_seconds",
+                                "Last measured event-loop lag: wait of a ready task for the loop.", value=m.loop_lag)
+
+
+def make_registry(collector: MetricsCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)
+
+
+async def watch_loop_lag(metrics: LiveMetrics, interval: float) -> None:
+    """Every `interval`: how long a task that is ready to run waits for the loop (one `sleep(0)`
+    round trip: the callbacks and I/O queued ahead of it). Free of the 1 ms timer resolution."""
+    while True:
+        await asyncio.sleep(interval)
+        start = time.perf_counter()
+        await asyncio.sleep(0)
+        metrics.loop_lag = time.perf_counter() - start

@@ -1,0 +1,51 @@
+"""Record: where one finished request goes — live metrics, the status window and the trace capture.
+
+Called once per measured request, at its end, from the event loop: computes SLO goodness once,
+then does plain increments and a non-blocking queue put. Never does I/O or hashing itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+from typing import Any
+
+from gateway.capture import Capture
+from gateway.live_metrics import LiveMetrics
+from gateway.status import StatusWindow
+from traces.record import RequestRecord
+from traces.slo import Slo, is_good
+
+
+class Recorder:
+    __slots__ = ("capture", "metrics", "slos", "start_ns", "status")
+
+    def __init__(
+        self,
+        slos: Sequence[Slo],
+        metrics: LiveMetrics,
+        status: StatusWindow,
+        capture: Capture | None,
+        start_ns: int,
+    ) -> None:
+        self.slos = tuple(slos)
+        self.metrics = metrics
+        self.status = status
+        self.capture = capture
+        self.start_ns = start_ns
+
+    def finish(self, record: RequestRecord, body: Any) -> None:
+        goods = tuple(is_good(record, slo) for slo in self.slos)
+        chunk_times = record.chunk_times
+        gaps = None
+        if chunk_times is not None and len(chunk_times) > 1:
+            gaps = [b - a for a, b in pairwise(chunk_times)]
+        self.metrics.observe(record, goods, gaps)
+        self.status.add(record, goods)
+        if self.capture is not None:
+            self.capture.submit(record, body)
+        else:
+            record.chunk_times = None
+
+    def trace_counts(self) -> tuple[int, int]:
+        return self.capture.counts() if self.capture is not None else (0, 0)

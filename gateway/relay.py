@@ -1,0 +1,399 @@
+"""Relay: the hot path. One client request → one upstream request, the response streamed back as it arrives.
+
+Reads the body once, parses JSON once (orjson) for LLM endpoints only, forwards headers minus
+hop-by-hop, writes every upstream piece to the client immediately (`readany`, never line
+iteration) and feeds the `traces` StreamObserver. Never decodes JSON per chunk, never logs per
+request, never blocks, never opens a session per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from time import perf_counter_ns
+from typing import Any
+
+import aiohttp
+import orjson
+import yarl
+from aiohttp import HttpVersion11, web
+from multidict import CIMultiDict
+
+from gateway.config import GatewayConfig
+from gateway.errors import json_error, sse_error, status_of
+from gateway.recorder import Recorder
+from gateway.route import Router
+from gateway.timeouts import Deadlines, Watchdog, limits_ns
+from gateway.upstream import Upstream
+from traces.observer import StreamObserver
+from traces.record import RequestRecord
+from traces.request_info import MEASURED_ENDPOINTS, RequestInfo, request_info, with_usage_requested
+
+log = logging.getLogger("slogate.gateway")
+
+# RFC 9110 §7.6.1 connection-specific fields, plus the pre-standard Proxy-Connection.
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
+    "te", "trailer", "trailers", "transfer-encoding", "upgrade",
+})
+_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
+# When the gateway injects include_usage it must be able to read (and strip) the stream: ask for identity.
+_REQUEST_DROP_INJECTED = _REQUEST_DROP | {"accept-encoding"}
+_USAGE_ENDPOINTS = frozenset({"/v1/chat/completions", "/v1/completions"})  # stream_options exists there
+_SMALL_BODY = 1 << 20  # non-streamed responses up to this size are relayed in one write
+NS = 1e-9
+
+
+def _drop_set(headers: Any, base: frozenset[str]) -> frozenset[str]:
+    """Hop-by-hop names plus any listed in the Connection header."""
+    conn = headers.get("Connection")
+    if not conn:
+        return base
+    return base | {t.strip().lower() for t in conn.split(",") if t.strip()}
+
+
+def forward_request_headers(headers: Any, *, injected: bool = False) -> CIMultiDict[str]:
+    drop = _drop_set(headers, _REQUEST_DROP_INJECTED if injected else _REQUEST_DROP)
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in drop)
+
+
+def forward_response_headers(headers: Any, *, drop_length: bool) -> CIMultiDict[str]:
+    drop = _drop_set(headers, HOP_BY_HOP)
+    if drop_length:
+        drop = drop | {"content-length"}
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in drop)
+
+
+async def _continue(request: web.Request) -> None:
+    """`Expect: 100-continue` (curl sends it for large bodies): tell the client to send the body."""
+    if request.headers["Expect"].lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+
+
+class _ClientGone(Exception):
+    """Writing to the client failed: it disconnected."""
+
+
+class Relay:
+    """The aiohttp handler for every proxied path."""
+
+    def __init__(self, cfg: GatewayConfig, router: Router, recorder: Recorder, start_ns: int,
+                 deadlines: Deadlines) -> None:
+        self.cfg = cfg
+        self.deadlines = deadlines
+        self.limits = limits_ns(cfg.timeouts)
+        self.router = router
+        self.recorder = recorder
+        self.start_ns = start_ns
+        self.max_body = cfg.max_body_bytes
+        self.inject_usage = cfg.inject_usage
+        self.expected_output = cfg.expected_output_tokens
+        self.keep_chunk_times = True  # ITL histogram (and optional trace chunk offsets)
+        self.stopping = False  # set on SIGTERM
+        self.active: set[Watchdog] = set()  # one per request in flight (ended at the grace deadline)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        t0 = perf_counter_ns()
+        path = request.path
+        measured = request.method == "POST" and path in MEASURED_ENDPOINTS
+        length = request.content_length
+        if length is not None and length > self.max_body:
+            return self._too_large(t0, path, measured, length)
+        if "Expect" in request.headers and request.version == HttpVersion11:
+            await _continue(request)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._too_large(t0, path, measured, None)
+        t_body = perf_counter_ns()
+        parsed: Any = None
+        info: RequestInfo | None = None
+        send = body
+        strip = False
+        if measured:
+            try:
+                parsed = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                parsed = None  # relayed unchanged: the upstream answers (400) and it is recorded
+            info = request_info(path, parsed)
+            if info.stream and not info.include_usage and self.inject_usage and path in _USAGE_ENDPOINTS:
+                send = with_usage_requested(parsed)
+                strip = True
+        upstream = self.router.pick_upstream(info)
+        return await _Exchange(self, request, upstream, info, parsed, send, strip, t0, t_body).run()
+
+    def expire_all(self, reason: str = "shutdown") -> int:
+        """End every request in flight (JSON error before the first byte, error event + [DONE] after)."""
+        for wd in list(self.active):
+            wd.expire(reason)
+        return len(self.active)
+
+    def _too_large(self, t0: int, path: str, measured: bool, length: int | None) -> web.Response:
+        detail = f"limit {self.max_body} bytes" + (f", got {length}" if length is not None else "")
+        if measured:
+            obs = StreamObserver(t0, stream=False, endpoint=path)
+            record = obs.finish(perf_counter_ns(), status=413, error="request_too_large")
+            record.t = (t0 - self.start_ns) * NS
+            self.recorder.finish(record, None)
+        resp = json_error("request_too_large", detail)
+        resp.force_close()  # the unread body must not be parsed as the next request
+        return resp
+
+
+class _Exchange:
+    """State of one relayed request (a plain object: no per-request closures or tasks)."""
+
+    __slots__ = (
+        "body", "info", "last_out", "obs", "parsed", "relay", "request", "resp", "strip", "t0", "t_body",
+        "tokens_held", "up_resp", "upstream", "wait_ns", "wd",
+    )
+
+    def __init__(self, relay: Relay, request: web.Request, upstream: Upstream, info: RequestInfo | None,
+                 parsed: Any, body: bytes, strip: bool, t0: int, t_body: int) -> None:
+        self.relay = relay
+        self.request = request
+        self.upstream = upstream
+        self.info = info
+        self.parsed = parsed
+        self.body = body
+        self.strip = strip
+        self.t0 = t0
+        self.t_body = t_body
+        self.obs: StreamObserver | None = None
+        self.resp: web.StreamResponse | None = None
+        self.up_resp: aiohttp.ClientResponse | None = None
+        self.wait_ns = 0  # time spent waiting on the upstream (headers + body)
+        self.last_out = b"\n\n"
+        self.tokens_held = 0
+        self.wd: Watchdog | None = None
+
+    async def run(self) -> web.StreamResponse:
+        up = self.upstream
+        info = self.info
+        up.inflight_requests += 1
+        if info is not None:
+            self.tokens_held = info.est_input_tokens + (info.max_tokens or self.relay.expected_output)
+            up.inflight_tokens += self.tokens_held
+        self.wd = wd = Watchdog(self.relay.deadlines, self.relay.limits, self.t0)
+        active = self.relay.active
+        active.add(wd)
+        try:
+            return await self._exchange(wd)
+        finally:
+            active.discard(wd)
+            wd.stop()
+            up.inflight_requests -= 1
+            up.inflight_tokens -= self.tokens_held
+            if self.up_resp is not None:
+                self.up_resp.close()  # no-op after a complete read; aborts the upstream otherwise
+
+    async def _exchange(self, wd: Watchdog) -> web.StreamResponse:
+        request = self.request
+        up = self.upstream
+        session = up.session
+        if session is None:
+            return self._fail_early("upstream_connect", "gateway not started")
+        url = yarl.URL(up.base + request.raw_path, encoded=True)
+        t_up = perf_counter_ns()
+        wd.waiting_first_byte(t_up)
+        try:
+            up_resp = await session.request(
+                request.method, url, headers=forward_request_headers(request.headers, injected=self.strip),
+                data=self.body or None, allow_redirects=False,
+            )
+        except asyncio.CancelledError:
+            self.wait_ns += perf_counter_ns() - t_up
+            if wd.fired is None:
+                self._record(None, 499, self._cancel_reason())
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            return self._fail_early(wd.fired, None)
+        except (aiohttp.ConnectionTimeoutError, aiohttp.SocketTimeoutError):
+            self.wait_ns += perf_counter_ns() - t_up
+            return self._fail_early("timeout_connect", up.name)
+        except aiohttp.ClientConnectorError:
+            self.wait_ns += perf_counter_ns() - t_up
+            return self._fail_early("upstream_connect", up.name)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            self.wait_ns += perf_counter_ns() - t_up
+            return self._fail_early("reset", up.name)
+        except aiohttp.ClientError as exc:
+            self.wait_ns += perf_counter_ns() - t_up
+            return self._fail_early("upstream_error", type(exc).__name__)
+        t_hdr = perf_counter_ns()
+        self.wait_ns += t_hdr - t_up
+        self.up_resp = up_resp
+        wd.streaming(t_hdr)
+        return await self._respond(up_resp, wd)
+
+    async def _respond(self, up_resp: aiohttp.ClientResponse, wd: Watchdog) -> web.StreamResponse:
+        status = up_resp.status
+        headers = up_resp.headers
+        ok = 200 <= status < 300
+        is_sse = ok and headers.get("Content-Type", "").startswith("text/event-stream")
+        encoded = headers.get("Content-Encoding", "identity").lower() not in ("identity", "")
+        strip = self.strip and is_sse and not encoded
+        if self.info is not None:
+            self.obs = StreamObserver(
+                self.t0, stream=is_sse and not encoded, endpoint=self.info.endpoint, strip_usage=strip,
+                keep_chunk_times=self.relay.keep_chunk_times, n_inputs=self.info.n_inputs,
+            )
+        length = up_resp.content_length
+        if not is_sse and length is not None and length <= _SMALL_BODY and self.request.method != "HEAD":
+            return await self._respond_small(up_resp, status, wd)
+        resp = web.StreamResponse(status=status, reason=up_resp.reason,
+                                  headers=forward_response_headers(headers, drop_length=strip))
+        self.resp = resp
+        await resp.prepare(self.request)
+        return await self._stream(up_resp, resp, wd, status)
+
+    async def _respond_small(self, up_resp: aiohttp.ClientResponse, status: int, wd: Watchdog) -> web.StreamResponse:
+        t_a = perf_counter_ns()
+        try:
+            data = await up_resp.read()
+        except asyncio.CancelledError:
+            self.wait_ns += perf_counter_ns() - t_a
+            if wd.fired is None:
+                self._record(None, 499, self._cancel_reason())
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            return self._fail_early(wd.fired, None)
+        except aiohttp.ClientError:
+            self.wait_ns += perf_counter_ns() - t_a
+            return self._fail_early("reset", self.upstream.name)
+        t_b = perf_counter_ns()
+        self.wait_ns += t_b - t_a
+        if self.obs is not None and data:
+            self.obs.feed(data, t_b)
+        resp = web.Response(status=status, reason=up_resp.reason, body=data,
+                            headers=forward_response_headers(up_resp.headers, drop_length=True))
+        self._record(t_b, status, None)
+        return resp
+
+    async def _stream(self, up_resp: aiohttp.ClientResponse, resp: web.StreamResponse, wd: Watchdog,
+                      status: int) -> web.StreamResponse:
+        obs = self.obs
+        feed = obs.feed if obs is not None else None
+        readany = up_resp.content.readany
+        write = resp.write
+        up = self.upstream
+        seen = 0
+        t_last = perf_counter_ns()
+        wait = 0
+        try:
+            while True:
+                t_a = perf_counter_ns()
+                data = await readany()
+                t_b = perf_counter_ns()
+                wait += t_b - t_a
+                if not data:
+                    break
+                t_last = wd.last_ns = t_b
+                if feed is not None:
+                    data = feed(data, t_b)
+                    n = obs.output_chunks  # type: ignore[union-attr]
+                    if n != seen and self.tokens_held > 0:  # draw down the in-flight token estimate
+                        step = min(n - seen, self.tokens_held)
+                        up.inflight_tokens -= step
+                        self.tokens_held -= step
+                    seen = n
+                    if not data:
+                        continue
+                self.last_out = data
+                try:
+                    await write(data)
+                except ConnectionResetError:
+                    raise _ClientGone from None
+            try:
+                if obs is not None:
+                    tail = obs.flush()
+                    if tail:
+                        self.last_out = tail
+                        await write(tail)
+                # Counted before the final chunk: a client that has seen the end finds it in /metrics.
+                self.wait_ns += wait
+                wait = 0
+                self._record(t_last, status, None)
+                await resp.write_eof()
+            except ConnectionResetError:
+                raise _ClientGone from None
+        except asyncio.CancelledError:
+            self.wait_ns += wait
+            if wd.fired is None:  # client went away (or hard shutdown): abort upstream, re-raise
+                self._record(t_last, status, self._cancel_reason())
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            return await self._fail_late(resp, wd.fired, t_last, status)
+        except _ClientGone:
+            self.wait_ns += wait
+            self._record(t_last, status, "client_disconnect")
+            return resp
+        except aiohttp.ClientError:
+            self.wait_ns += wait
+            return await self._fail_late(resp, "reset", t_last, status)
+        self.wait_ns += wait
+        self._record(t_last, status, None)
+        return resp
+
+    # ------------------------------------------------------------------ failures
+    def _cancel_reason(self) -> str:
+        return "shutdown" if self.relay.stopping else "client_disconnect"
+
+    def _fail_early(self, code: str, detail: str | None) -> web.Response:
+        """Nothing was sent to the client yet: an OpenAI-style JSON error."""
+        self._record(None, status_of(code), code)
+        return json_error(code, detail)
+
+    async def _fail_late(self, resp: web.StreamResponse, code: str, t_last: int, status: int) -> web.StreamResponse:
+        """Headers (and maybe chunks) already went out: an SSE error event + [DONE], or a cut connection."""
+        if self.up_resp is not None:
+            self.up_resp.close()
+        self._record(t_last, status, code)
+        obs_stream = self.obs is not None and self.obs.stream
+        if obs_stream or resp.headers.get("Content-Type", "").startswith("text/event-stream"):
+            last = self.last_out
+            clean = last.endswith(b"\n\n") or last.endswith(b"\r\n\r\n") or last.endswith(b"\r\r")
+            try:
+                await resp.write(sse_error(code, new_event=clean))
+                await resp.write_eof()
+            except (ConnectionResetError, RuntimeError, asyncio.CancelledError):
+                pass  # client gone, or the stream had just ended (write after EOF)
+            return resp
+        resp.force_close()  # a non-SSE body cannot carry an error: cut it so the client sees a failure
+        transport = self.request.transport
+        if transport is not None:
+            transport.abort()
+        return resp
+
+    # ------------------------------------------------------------------ record
+    def _record(self, t_last: int | None, status: int, error: str | None) -> None:
+        info = self.info
+        if info is None:
+            return
+        t_end = perf_counter_ns()
+        obs = self.obs
+        if obs is None:
+            obs = self.obs = StreamObserver(self.t0, stream=False, endpoint=info.endpoint)
+        t_done = t_last if t_last is not None else t_end
+        if error in ("client_disconnect", "shutdown") and obs.stream:
+            # A client that hangs up after [DONE] / the finish chunk got the whole answer.
+            record: RequestRecord = obs.finish(t_done, status=status)
+            if record.error == "incomplete_stream":
+                record.error = error
+        else:
+            record = obs.finish(t_done, status=status, error=error)
+        record.t = (self.t0 - self.relay.start_ns) * NS
+        record.model = info.model
+        record.stream = info.stream
+        record.max_tokens = info.max_tokens
+        record.upstream = self.upstream.name
+        if record.n_inputs is None:
+            record.n_inputs = info.n_inputs
+        busy = (t_end - self.t_body) - self.wait_ns
+        record.overhead = max(0, busy) * NS
+        self.info = None  # record once
+        try:
+            self.relay.recorder.finish(record, self.parsed)
+        except Exception:  # metrics must never break the relay
+            log.exception("recording a request failed")

@@ -1,0 +1,202 @@
+"""Accept: the gateway process — listeners, startup, admin endpoints and graceful shutdown.
+
+Builds the parts (upstream sessions, router, relay, live metrics, status window, capture), serves
+the proxy on `listen` and `/metrics` + `/slogate/status` on `admin_listen` (or on `listen` when no
+admin address is given). SIGTERM/SIGINT: stop accepting, let in-flight streams finish within
+`shutdown_grace`, then close sessions and flush the trace. Never handles a request body itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+
+import msgspec
+import orjson
+from aiohttp import web
+from aiohttp.web_request import BaseRequest
+
+from gateway.capture import Capture, perf_epoch
+from gateway.config import GatewayConfig, parse_hostport, parse_slos
+from gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render, watch_loop_lag
+from gateway.recorder import Recorder
+from gateway.relay import Relay
+from gateway.route import Router
+from gateway.status import StatusWindow, health_response
+from gateway.timeouts import Deadlines
+from gateway.upstream import Upstream
+
+log = logging.getLogger("slogate.gateway")
+Handler = Callable[[BaseRequest], Awaitable[web.StreamResponse]]
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def config_digest(cfg: GatewayConfig) -> str:
+    return "b2:" + hashlib.blake2b(msgspec.json.encode(cfg), digest_size=8).hexdigest()
+
+
+class Gateway:
+    """All long-lived parts of one gateway process."""
+
+    def __init__(self, cfg: GatewayConfig) -> None:
+        self.cfg = cfg
+        slos = parse_slos(cfg.slos)
+        self.start_ns, self.start_unix = perf_epoch()
+        self.upstreams = [Upstream(url) for url in cfg.upstreams]
+        self.router = Router(self.upstreams)
+        self.metrics = LiveMetrics([s.name for s in slos], max_models=cfg.max_model_labels)
+        self.status = StatusWindow(slos)
+        self.capture = (
+            Capture(cfg, start_ns=self.start_ns, start_unix=self.start_unix, config_digest=config_digest(cfg))
+            if cfg.trace.dir else None
+        )
+        self.recorder = Recorder(slos, self.metrics, self.status, self.capture, self.start_ns)
+        self.deadlines = Deadlines()
+        self.relay = Relay(cfg, self.router, self.recorder, self.start_ns, self.deadlines)
+        self.registry = make_registry(MetricsCollector(self.metrics, self._inflight, self.recorder.trace_counts))
+        self.admin: dict[str, Handler] = {
+            "/metrics": self.metrics_endpoint,
+            "/slogate/status": self.status_endpoint,
+            "/healthz": self.healthz,
+            "/readyz": self.readyz,
+        }
+        self._tasks: list[asyncio.Task] = []
+
+    def _inflight(self) -> list[tuple[str, int, int]]:
+        return [(u.name, u.inflight_requests, max(0, u.inflight_tokens)) for u in self.upstreams]
+
+    # ------------------------------------------------------------------ admin endpoints
+    async def metrics_endpoint(self, request: BaseRequest) -> web.Response:
+        return web.Response(body=render(self.registry), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+    async def status_endpoint(self, request: BaseRequest) -> web.Response:
+        # Percentiles over up to 5 minutes of requests: computed in a thread on a copy, so a large
+        # window never stalls the relay for long (the copy itself is a fast C-level list()).
+        entries, now = list(self.status.entries), time.monotonic()
+        snap = await asyncio.to_thread(self.status.snapshot, entries, now)
+        snap["upstreams"] = {
+            u.name: {"inflight_requests": u.inflight_requests, "inflight_tokens": max(0, u.inflight_tokens),
+                     "ready": u.ready}
+            for u in self.upstreams
+        }
+        written, dropped = self.recorder.trace_counts()
+        snap["trace"] = {"enabled": self.capture is not None, "written": written, "dropped": dropped}
+        snap["event_loop_lag_s"] = self.metrics.loop_lag
+        return web.Response(body=orjson.dumps(snap), content_type="application/json")
+
+    async def healthz(self, request: BaseRequest) -> web.Response:
+        status, body = health_response(True)
+        return web.Response(status=status, body=body, content_type="application/json")
+
+    async def readyz(self, request: BaseRequest) -> web.Response:
+        status, body = health_response(any(u.ready for u in self.upstreams))
+        return web.Response(status=status, body=body, content_type="application/json")
+
+    # ------------------------------------------------------------------ request entry points
+    def proxy_handler(self, *, with_admin: bool) -> Handler:
+        admin = self.admin if with_admin else {"/healthz": self.healthz, "/readyz": self.readyz}
+        relay = self.relay.handle
+
+        async def handle(request: BaseRequest) -> web.StreamResponse:
+            if request.method == "GET":
+                endpoint = admin.get(request.path)
+                if endpoint is not None:
+                    return await endpoint(request)
+            return await relay(request)  # type: ignore[arg-type]
+
+        return handle
+
+    async def admin_handler(self, request: BaseRequest) -> web.StreamResponse:
+        endpoint = self.admin.get(request.path) if request.method == "GET" else None
+        if endpoint is None:
+            return web.Response(status=404, body=b'{"error":"not found"}', content_type="application/json")
+        return await endpoint(request)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def startup(self) -> None:
+        for u in self.upstreams:
+            await u.start(self.cfg.timeouts, self.cfg.max_connections_per_upstream)
+        if self.capture is not None:
+            self.capture.start()
+        self.deadlines.start()
+        self._tasks.append(asyncio.create_task(watch_loop_lag(self.metrics, self.cfg.loop_lag_interval)))
+
+    async def close(self) -> None:
+        await self.deadlines.stop()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for u in self.upstreams:
+            await u.close()
+        if self.capture is not None:
+            self.capture.stop_batching()
+            await asyncio.to_thread(self.capture.close)
+
+
+def _server(handler: Handler, cfg: GatewayConfig) -> web.Server:
+    loop = asyncio.get_running_loop()
+    max_size = cfg.max_body_bytes
+
+    def make_request(message, payload, protocol, writer, task):  # type: ignore[no-untyped-def]
+        return BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=max_size)
+
+    return web.Server(handler, request_factory=make_request, handler_cancellation=True, access_log=None)
+
+
+def _end_remaining(relay: Relay) -> None:
+    n = relay.expire_all("shutdown")
+    if n:
+        log.warning("grace period over: ended %d in-flight requests", n)
+
+
+async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None) -> None:
+    """Run the gateway until `stop` is set (or SIGTERM/SIGINT)."""
+    gateway = Gateway(cfg)
+    await gateway.startup()
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    runners: list[web.BaseRunner] = []
+    grace: asyncio.TimerHandle | None = None
+    try:
+        host, port = parse_hostport(cfg.listen, key="listen")
+        # aiohttp's own drain wait outlasts ours: at `shutdown_grace` the relay ends what is left cleanly.
+        main = web.ServerRunner(_server(gateway.proxy_handler(with_admin=cfg.admin_listen is None), cfg),
+                                shutdown_timeout=cfg.shutdown_grace + 5.0)
+        await main.setup()
+        runners.append(main)
+        await web.TCPSite(main, host, port, backlog=4096, reuse_address=True).start()
+        if cfg.admin_listen is not None:
+            ahost, aport = parse_hostport(cfg.admin_listen, key="admin_listen")
+            admin = web.ServerRunner(_server(gateway.admin_handler, cfg), shutdown_timeout=1.0)
+            await admin.setup()
+            runners.append(admin)
+            await web.TCPSite(admin, ahost, aport, reuse_address=True).start()
+        ups = ", ".join(u.name for u in gateway.upstreams)
+        where = f"admin on {cfg.admin_listen}" if cfg.admin_listen else f"admin on {cfg.listen}"
+        trace = f"trace to {cfg.trace.dir}" if cfg.trace.dir else "no trace capture"
+        log.info("listening on %s → %s; %s; %s", cfg.listen, ups, where, trace)
+        await stop.wait()
+        gateway.relay.stopping = True
+        log.info("shutting down: stopped accepting, waiting up to %gs for %d in-flight requests",
+                 cfg.shutdown_grace, len(gateway.relay.active))
+        grace = loop.call_later(cfg.shutdown_grace, _end_remaining, gateway.relay)
+    finally:
+        for runner in runners:  # proxy first (drains streams), admin last
+            await runner.cleanup()
+        if grace is not None:
+            grace.cancel()
+        await gateway.close()
+        if gateway.capture is not None:
+            written, dropped = gateway.recorder.trace_counts()
+            log.info("trace closed: %d records written, %d dropped", written, dropped)
+        log.info("stopped")

@@ -1,0 +1,116 @@
+"""Helpers for the gateway tests: start `slogate gateway` in front of `slogate sim`, read its
+/metrics and traces, and compare responses modulo the ids and timestamps the simulator randomizes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import re
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.servers import Server, free_port, running
+from traces.reader import read_trace
+from traces.record import RequestRecord
+
+SIM_MODEL = "llama-3-8b"
+CANARY = "canary-7f3a9c1e-d00d"  # must never appear in any byte the gateway writes
+_IDS = re.compile(rb'"id"\s*:\s*"[^"]*"')
+_CREATED = re.compile(rb'"created"\s*:\s*\d+')
+
+
+@contextlib.contextmanager
+def start_gateway(
+    upstreams: str | Sequence[str],
+    *args: str,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 30.0,
+) -> Iterator[Server]:
+    """`slogate gateway --listen 127.0.0.1:PORT --upstream …` as a subprocess, ready at /healthz."""
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "traces.cli", "gateway", "--listen", f"127.0.0.1:{port}"]
+    for up in [upstreams] if isinstance(upstreams, str) else upstreams:
+        cmd += ["--upstream", up]
+    cmd += list(args)
+    with running(cmd, port, ready_path="/healthz", timeout=timeout,
+                 env={"SLOGATE_TRACE_SALT": "test-salt", **(env or {})}) as server:
+        yield server
+
+
+def normalize(data: bytes) -> bytes:
+    """Response bytes with the simulator's random ids and creation times blanked."""
+    return _CREATED.sub(b'"created":0', _IDS.sub(b'"id":"-"', data))
+
+
+def http_request(url: str, method: str, path: str, body: bytes | None = None,
+                 headers: dict[str, str] | None = None, timeout: float = 30.0) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 request: (status, headers, body bytes); any status, no exceptions for 4xx/5xx."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+def get(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return resp.read()
+
+
+def get_json(url: str) -> dict:
+    return orjson.loads(get(url))
+
+
+def metric_samples(url: str) -> dict[str, list]:
+    """`/metrics` parsed: sample name → list of (labels, value)."""
+    out: dict[str, list] = {}
+    for fam in text_string_to_metric_families(get(url + "/metrics").decode()):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def metric_sum(samples: dict[str, list], name: str, **labels: str) -> float:
+    return sum(v for lab, v in samples.get(name, []) if all(lab.get(k) == x for k, x in labels.items()))
+
+
+def sim_running(sim_url: str) -> float:
+    text = get(sim_url + "/metrics").decode()
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "vllm:num_requests_running":
+                return s.value
+    raise AssertionError("vllm:num_requests_running missing from the simulator's /metrics")
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def trace_records(trace_dir: Path, n: int, timeout: float = 10.0) -> list[RequestRecord]:
+    """At least `n` records of the gateway's trace (the writer flushes a frame about every second)."""
+
+    def read() -> list[RequestRecord]:
+        if not trace_dir.exists() or not any(trace_dir.glob("*.jsonl.zst")):
+            return []
+        return list(read_trace(trace_dir).records)
+
+    records = wait_for(lambda: (lambda r: r if len(r) >= n else None)(read()), timeout=timeout)
+    assert records, f"fewer than {n} records in {trace_dir} after {timeout}s: {len(read())}"
+    return records

@@ -1,0 +1,105 @@
+"""GatewayConfig: TOML + flags, and one clear error line naming the key for every bad value."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.cli import build_parser, overrides
+from gateway.config import build_config, merge, read_toml
+from traces.cli import UsageError
+
+UP = {"upstreams": ["http://127.0.0.1:8000"]}
+
+
+def cfg_from(toml: str, argv: list[str], tmp_path) -> object:
+    path = tmp_path / "slogate.toml"
+    path.write_text(toml)
+    args = build_parser().parse_args(["--config", str(path), *argv])
+    return build_config(merge(read_toml(path), overrides(args)))
+
+
+def test_defaults_and_toml_and_flag_override(tmp_path):
+    toml = """
+[gateway]
+listen = "127.0.0.1:9000"
+upstreams = ["http://127.0.0.1:8000", "http://127.0.0.1:8001"]
+slos = { interactive = "ttft=0.5,tpot=50ms" }
+[gateway.timeouts]
+idle = "30s"
+ttfb = 10
+[gateway.trace]
+dir = "/tmp/x"
+sample = 0.25
+"""
+    cfg = cfg_from(toml, ["--idle-timeout", "500ms", "--slo", "batch:e2e=60"], tmp_path)
+    assert cfg.listen == "127.0.0.1:9000"
+    assert len(cfg.upstreams) == 2
+    assert cfg.timeouts.idle == pytest.approx(0.5)  # flag wins
+    assert cfg.timeouts.ttfb == 10
+    assert cfg.timeouts.connect == 5.0  # default
+    assert cfg.trace.sample == 0.25
+    assert cfg.slos == {"batch": "e2e=60"}  # flags replace the table
+    assert cfg.inject_usage is True
+    assert cfg.max_body_bytes == 32 << 20
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        ({"timeouts": {"idle": "abc"}}, 'gateway.timeouts.idle (--idle-timeout): expected a positive number of seconds, got "abc"'),
+        ({"timeouts": {"idle": -1}}, "gateway.timeouts.idle (--idle-timeout): expected a positive number of seconds, got -1"),
+        ({"timeouts": {"bogus": 1}}, "gateway.timeouts: unknown key 'bogus'; allowed keys: connect, ttfb, idle, total"),
+        ({"bogus": 1}, "gateway: unknown key 'bogus'"),
+        ({"trace": {"sample": 0}}, "gateway.trace.sample (--trace-sample): expected a fraction in (0, 1]"),
+        ({"max_body_bytes": "big"}, "gateway.max_body_bytes (--max-body-bytes): expected a positive integer (bytes)"),
+        ({"inject_usage": "yes"}, "gateway.inject_usage"),
+        ({"listen": "nope"}, 'gateway.listen (--listen): expected a "HOST:PORT" address'),
+        ({"slos": {"x": "ttft=fast"}}, "gateway.slos.x (--slo)"),
+    ],
+)
+def test_bad_values_name_the_key(data, needle):
+    with pytest.raises(UsageError) as err:
+        build_config(merge(UP, data))
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_no_upstream_and_bad_url():
+    with pytest.raises(UsageError, match="give at least one upstream"):
+        build_config({})
+    with pytest.raises(UsageError, match="http:// or https://"):
+        build_config({"upstreams": ["127.0.0.1:8000"]})
+
+
+def test_flag_errors_are_usage_errors():
+    with pytest.raises(UsageError, match="--idle-timeout"):
+        build_parser().parse_args(["--idle-timeout", "soon"])
+
+
+def test_unreadable_toml(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[gateway\n")
+    with pytest.raises(UsageError, match="not valid TOML"):
+        read_toml(bad)
+    with pytest.raises(UsageError, match="cannot read"):
+        read_toml(tmp_path / "missing.toml")
+
+
+def test_file_without_gateway_table(tmp_path):
+    plain = tmp_path / "plain.toml"
+    plain.write_text('upstreams = ["http://127.0.0.1:8000"]\n')
+    assert read_toml(plain) == {"upstreams": ["http://127.0.0.1:8000"]}
+    other = tmp_path / "other.toml"
+    other.write_text("[replay]\nrate = 3\n")
+    with pytest.raises(UsageError, match=r"no \[gateway\] table"):
+        read_toml(other)
+
+
+def test_cli_exit_status_and_one_line(tmp_path, capsys):
+    from gateway.cli import main
+
+    assert main(["--upstream", "http://127.0.0.1:1", "--idle-timeout", "abc"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("slogate gateway: error:") and "--idle-timeout" in err and "\n" not in err
+    assert main(["--upstream", "http://127.0.0.1:1", "--trace-sample", "1.5"]) == 2
+    assert "gateway.trace.sample" in capsys.readouterr().err

@@ -1,0 +1,186 @@
+"""Pure parts of the gateway: metric histograms and rendering, the status window, error shapes,
+header forwarding, routing, timeouts and log redaction."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import orjson
+from multidict import CIMultiDict
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.config import Timeouts
+from gateway.errors import json_error, sse_error
+from gateway.live_metrics import Histogram, LiveMetrics, MetricsCollector, make_registry, render
+from gateway.logs import RedactFilter
+from gateway.relay import forward_request_headers, forward_response_headers
+from gateway.route import Router
+from gateway.status import StatusWindow
+from gateway.timeouts import Deadlines, Watchdog, limits_ns
+from gateway.upstream import Upstream
+from traces.record import RequestRecord
+from traces.slo import parse_slo
+
+
+def rec(**kw) -> RequestRecord:
+    base = dict(t=0.0, model="m", input_tokens=10, output_tokens=5, ttft=0.1, tpot=0.02, e2e=0.2,
+                upstream="127.0.0.1:1", finish_reason="stop", overhead=0.0002)
+    base.update(kw)
+    return RequestRecord(**base)
+
+
+def test_histogram_buckets_are_le_cumulative():
+    h = Histogram((0.1, 1.0))
+    for v in (0.05, 0.1, 0.5, 2.0):
+        h.observe(v)
+    assert h.buckets() == [("0.1", 2), ("1.0", 3), ("+Inf", 4)]
+    assert h.sum == 2.65
+
+
+def test_metrics_render_and_parse():
+    m = LiveMetrics(["fast", "slow"], max_models=2)
+    m.observe(rec(), (True, False), [0.01, 0.02])
+    m.observe(rec(model="b", status=500, error="http_5xx", finish_reason=None), (False, False), None)
+    m.observe(rec(model="c", finish_reason="weird"), (True, True), None)  # third model folds into "other"
+    registry = make_registry(MetricsCollector(m, lambda: [("127.0.0.1:1", 3, 99)], lambda: (7, 1)))
+    text = render(registry).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    reqs = {tuple(sorted(s.labels.items())): s.value for s in fams["slogate_requests"].samples}
+    assert reqs[(("finish_reason", "stop"), ("model", "m"), ("status_class", "2xx"), ("upstream", "127.0.0.1:1"))] == 1
+    assert reqs[(("finish_reason", "error"), ("model", "b"), ("status_class", "5xx"), ("upstream", "127.0.0.1:1"))] == 1
+    assert reqs[(("finish_reason", "other"), ("model", "other"), ("status_class", "2xx"), ("upstream", "127.0.0.1:1"))] == 1
+    good = {s.labels["slo"]: s.value for s in fams["slogate_good_requests"].samples}
+    assert good == {"fast": 2, "slow": 1}
+    ttft_count = [s for s in fams["gen_ai_server_time_to_first_token_seconds"].samples if s.name.endswith("_count")]
+    assert sum(s.value for s in ttft_count) == 2  # the failed request is not a TTFT sample
+    itl = [s for s in fams["slogate_inter_token_latency_seconds"].samples if s.name.endswith("_count")]
+    assert itl[0].value == 2
+    tok = {(s.labels["gen_ai_token_type"], s.labels["model"]): s.value
+           for s in fams["gen_ai_client_token_usage"].samples if s.name.endswith("_sum")}
+    assert tok[("output", "m")] == 5 and tok[("input", "m")] == 10
+    inflight = {s.labels["upstream"]: s.value for s in fams["slogate_inflight_tokens"].samples}
+    assert inflight == {"127.0.0.1:1": 99}
+    trace = {s.labels["outcome"]: s.value for s in fams["slogate_trace_records"].samples}
+    assert trace == {"written": 7, "dropped": 1}
+    for name in ("gen_ai_server_time_per_output_token_seconds", "gen_ai_server_request_duration_seconds",
+                 "slogate_queue_seconds", "slogate_gateway_overhead_seconds", "slogate_good_output_tokens",
+                 "slogate_output_tokens", "slogate_input_tokens", "slogate_inflight_requests",
+                 "slogate_event_loop_lag_seconds"):
+        assert name in fams, name
+
+
+def test_status_window_rates_goodput_attainment():
+    slos = [parse_slo("fast:ttft=0.15"), parse_slo("strict:ttft=0.05")]
+    w = StatusWindow(slos)
+    w.start -= 120  # pretend the gateway has run for 2 minutes
+    for i in range(10):
+        r = rec(ttft=0.1 if i < 8 else 0.3)
+        w.add(r, (r.ttft <= 0.15, False))
+    w.add(rec(status=502, error="upstream_connect", ttft=None), (False, False))
+    snap = w.snapshot()
+    one = snap["windows"]["1m"]
+    assert one["requests"] == 11 and one["errors"] == 1
+    assert abs(one["request_rate"] - 11 / 60) < 1e-9
+    assert abs(one["output_tokens_per_s"] - 55 / 60) < 1e-9
+    assert one["slos"]["fast"]["good_requests"] == 8
+    assert abs(one["slos"]["fast"]["attainment"] - 8 / 11) < 1e-9
+    assert one["slos"]["strict"]["attainment"] == 0
+    assert one["ttft"]["p50"] == 0.1 and one["ttft"]["count"] == 10
+    assert snap["windows"]["5m"]["requests"] == 11
+    orjson.dumps(snap)
+
+
+def test_status_window_prunes_old_entries():
+    w = StatusWindow([])
+    w.add(rec(), ())
+    w.entries[0] = (time.monotonic() - 400, *w.entries[0][1:])
+    w.add(rec(), ())
+    assert len(w.entries) == 1
+
+
+def test_error_shapes():
+    resp = json_error("timeout_ttfb", "x")
+    body = orjson.loads(resp.body)
+    assert resp.status == 504
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["code"] == "timeout_ttfb" and body["error"]["param"] is None
+    ev = sse_error("reset")
+    assert ev.startswith(b"data: {") and ev.endswith(b"\n\ndata: [DONE]\n\n")
+    assert sse_error("reset", new_event=False).startswith(b"\n\ndata: ")
+
+
+def test_header_forwarding_drops_hop_by_hop():
+    h = CIMultiDict([("Host", "a"), ("Connection", "keep-alive, X-Private"), ("X-Private", "1"),
+                     ("Keep-Alive", "5"), ("Transfer-Encoding", "chunked"), ("Content-Length", "3"),
+                     ("Authorization", "Bearer k"), ("X-Custom", "1"), ("X-Custom", "2"), ("TE", "trailers")])
+    out = forward_request_headers(h)
+    assert sorted(out.items()) == [("Authorization", "Bearer k"), ("X-Custom", "1"), ("X-Custom", "2")]
+    resp = forward_response_headers(CIMultiDict([("Content-Length", "9"), ("Content-Type", "x"), ("Upgrade", "h2c")]),
+                                    drop_length=True)
+    assert list(resp.items()) == [("Content-Type", "x")]
+
+
+def test_router_round_robin():
+    ups = [Upstream("http://127.0.0.1:1"), Upstream("http://u:pw@127.0.0.1:2/base/")]
+    router = Router(ups)
+    assert [router.pick_upstream(None).name for _ in range(4)] == ["127.0.0.1:1", "127.0.0.1:2"] * 2
+    assert ups[1].base == "http://u:pw@127.0.0.1:2/base" and "pw" not in ups[1].name
+
+
+async def _guarded(deadlines: Deadlines, timeouts: Timeouts, gap: float, pieces: int, *, stream: bool = True):
+    wd = Watchdog(deadlines, limits_ns(timeouts), time.perf_counter_ns())
+    if stream:
+        wd.streaming(time.perf_counter_ns())
+    else:
+        wd.waiting_first_byte(time.perf_counter_ns())
+    try:
+        for _ in range(pieces):
+            await asyncio.sleep(gap)
+            wd.last_ns = time.perf_counter_ns()
+    except asyncio.CancelledError:
+        asyncio.current_task().uncancel()
+    finally:
+        wd.stop()
+    return wd.fired
+
+
+async def test_watchdog_fires_on_idle_ttfb_total_and_not_while_active():
+    deadlines = Deadlines(tick_s=0.01)
+    deadlines.start()
+    try:
+        t = Timeouts(idle=0.3, ttfb=1, total=5)
+        assert await _guarded(deadlines, t, 0.03, 15) is None  # 0.45 s of activity with 30 ms gaps
+        assert await _guarded(deadlines, t, 1.0, 1) == "timeout_idle"
+        assert await _guarded(deadlines, Timeouts(ttfb=0.05), 1.0, 1, stream=False) == "timeout_ttfb"
+        assert await _guarded(deadlines, Timeouts(total=0.05, idle=10), 1.0, 1) == "timeout_total"
+        assert not deadlines.slots  # every watchdog unfiled
+    finally:
+        await deadlines.stop()
+
+
+def test_deadlines_refile_and_unfile():
+    d = Deadlines(tick_s=0.01)
+    wd = Watchdog.__new__(Watchdog)
+    wd.slot = None
+    d.file(wd, time.perf_counter_ns() + 50_000_000)
+    assert sum(len(b) for b in d.slots.values()) == 1
+    d.file(wd, time.perf_counter_ns() + 90_000_000)
+    assert sum(len(b) for b in d.slots.values()) == 1
+    d.unfile(wd)
+    assert not d.slots and wd.slot is None
+
+
+def test_log_redaction_drops_addresses_and_exception_text():
+    record = logging.LogRecord("aiohttp.server", logging.ERROR, "x", 1, "Error handling request from %s",
+                               ("10.1.2.3",), None)
+    try:
+        raise ValueError("secret prompt text")
+    except ValueError:
+        import sys
+
+        record.exc_info = sys.exc_info()
+    RedactFilter().filter(record)
+    text = logging.Formatter().format(record)
+    assert "10.1.2.3" not in text and "secret" not in text and "ValueError" in text
