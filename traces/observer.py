@@ -18,15 +18,19 @@ from traces.record import RequestRecord
 
 NS = 1e-9
 
-# One SSE event ends at a blank line; line ends are LF, CRLF or a lone CR.
+# One SSE event ends at a blank line; line ends are LF, CRLF or a lone CR (the slow path: with no
+# CR in the buffer events are split with bytes.find, which is several times cheaper than a regex).
 _EVENT_END = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r(?!\n))")
 _LINE_END = re.compile(rb"\r\n|\n|\r")
-# A chunk carries generated output when one of these fields is a non-empty string / non-empty list.
-# Quotes inside JSON strings are escaped, so these keys cannot match inside generated text.
-_OUTPUT = re.compile(rb'"(?:content|text|reasoning_content|reasoning)"\s*:\s*"[^"]|"tool_calls"\s*:\s*\[\s*\{')
-# Events worth decoding: a finish reason, usage, or an error. One search for the common case.
-_DECODE = re.compile(rb'"finish_reason"\s*:\s*"|"usage"\s*:\s*\{|"error"\s*:|"object"\s*:\s*"error"')
-_ERROR = re.compile(rb'"error"\s*:|"object"\s*:\s*"error"')
+# A chunk carries generated output when one of these keys holds a non-empty string (or, for
+# tool_calls, a non-empty list). Quotes inside JSON strings are escaped, so a key pattern cannot
+# match inside generated text; bytes.find on these literals is far cheaper than a regex search.
+_OUTPUT_KEYS = (b'"content"', b'"text"', b'"reasoning_content"', b'"reasoning"')
+_TOOL_CALLS = b'"tool_calls"'
+_FINISH_KEY = b'"finish_reason"'
+_USAGE_KEY = b'"usage"'
+_ERROR_WORD = b'"error"'  # as a key, or as the value of "object": either way the event is decoded
+_SPACE = frozenset(b" \t\r\n")
 _DONE = b"[DONE]"
 _NON_STREAM_BODY_LIMIT = 16 << 20  # bytes kept to read usage from a non-streaming body
 
@@ -112,15 +116,23 @@ class StreamObserver:
         buf = self._buf + piece if self._buf else piece
         start = 0
         out: list[bytes] | None = [] if self._strip_usage else None
-        end_cr = buf.endswith(b"\r")
-        for m in _EVENT_END.finditer(buf):
-            if end_cr and m.end() == len(buf):
-                break  # a CR at the end may be the first half of CRLF: wait for the next byte
-            event = buf[start : m.start()]
-            keep = self._event(event, t_ns)
-            if out is not None and keep:
-                out.append(buf[start : m.end()])
-            start = m.end()
+        if b"\r" not in buf:
+            end = buf.find(b"\n\n")
+            while end >= 0:
+                keep = self._event(buf[start:end], t_ns)
+                if out is not None and keep:
+                    out.append(buf[start : end + 2])
+                start = end + 2
+                end = buf.find(b"\n\n", start)
+        else:
+            end_cr = buf.endswith(b"\r")
+            for m in _EVENT_END.finditer(buf):
+                if end_cr and m.end() == len(buf):
+                    break  # a CR at the end may be the first half of CRLF: wait for the next byte
+                keep = self._event(buf[start : m.start()], t_ns)
+                if out is not None and keep:
+                    out.append(buf[start : m.end()])
+                start = m.end()
         self._buf = buf[start:]
         if out is None:
             return piece
@@ -148,10 +160,11 @@ class StreamObserver:
         if payload == _DONE:
             self._done = True
             return True
-        if _OUTPUT.search(payload):
+        if _has_output(payload):
             self._output(t_ns)
-        if named_error or _DECODE.search(payload):
-            if named_error or (_ERROR.search(payload) and self._error_event(payload)):
+        error_word = _ERROR_WORD in payload
+        if named_error or error_word or _value_at(payload, _FINISH_KEY, 34) or _value_at(payload, _USAGE_KEY, 123):
+            if named_error or (error_word and self._error_event(payload)):
                 self._error = self._error or "stream_error"
                 self._finish_reason = self._finish_reason or "error"
                 return True
@@ -315,3 +328,50 @@ def _parse_event(event: bytes) -> tuple[bytes | None, bool]:
     if not data:
         return None, named_error
     return b"\n".join(data), named_error
+
+
+def _value_start(payload: bytes, i: int) -> int:
+    """Index of the value after a JSON key ending at `i` (skipping `:` and blanks); -1 if no colon."""
+    n = len(payload)
+    while i < n and payload[i] in _SPACE:
+        i += 1
+    if i >= n or payload[i] != 58:  # ':'
+        return -1
+    i += 1
+    while i < n and payload[i] in _SPACE:
+        i += 1
+    return i
+
+
+def _value_at(payload: bytes, key: bytes, first: int) -> bool:
+    """True when some occurrence of `key` has a value starting with byte `first`."""
+    i = payload.find(key)
+    while i >= 0:
+        j = _value_start(payload, i + len(key))
+        if 0 <= j < len(payload) and payload[j] == first:
+            return True
+        i = payload.find(key, i + 1)
+    return False
+
+
+def _has_output(payload: bytes) -> bool:
+    """Does this chunk carry generated output (a non-empty text field or a tool call)?"""
+    n = len(payload)
+    for key in _OUTPUT_KEYS:
+        i = payload.find(key)
+        while i >= 0:
+            j = _value_start(payload, i + len(key))
+            if 0 <= j < n - 1 and payload[j] == 34 and payload[j + 1] != 34:  # '"' then not '"'
+                return True
+            i = payload.find(key, i + 1)
+    i = payload.find(_TOOL_CALLS)
+    while i >= 0:
+        j = _value_start(payload, i + len(_TOOL_CALLS))
+        if 0 <= j < n and payload[j] == 91:  # '['
+            k = j + 1
+            while k < n and payload[k] in _SPACE:
+                k += 1
+            if k < n and payload[k] == 123:  # '{'
+                return True
+        i = payload.find(_TOOL_CALLS, i + 1)
+    return False
