@@ -39,6 +39,14 @@ class Environment(msgspec.Struct, omit_defaults=True):
     tokenizer: str | None = None  # "server:/tokenize", "file:…", "calibrated"
     slo: dict[str, str] = {}  # name -> spec
     shard: str | None = None  # "i/N" for a distributed replay shard
+    # added by the replay engine (additive):
+    server_kind: str | None = None  # vllm, sglang, llamacpp, slogate-sim, unknown
+    clock: str = "real"  # "real" (HTTP, wall clock) or "virtual" (simulator API, no HTTP)
+    workload: list[str] = []  # source then transforms, e.g. ["trace:x.csv", "window=0:600", "speed=10"]
+    request_timeout_s: float | None = None
+    retries: int | None = None  # retries before any response byte (connect error, 429/502/503)
+    workers: int | None = None  # sending processes
+    shards: list[str] = []  # merged runs: the shard specs combined
 
 
 class RunSummary(msgspec.Struct, omit_defaults=False):
@@ -67,6 +75,10 @@ class RunSummary(msgspec.Struct, omit_defaults=False):
     output_token_drift: float | None = None
     degraded: bool = False
     degraded_reasons: list[str] = []
+    # added by the replay engine (additive):
+    send_rate_rps: float | None = None  # requests actually sent per second (vs offered_rate_rps)
+    lag_bound_s: float | None = None  # the schedule-lag p99 bound that marks a run degraded
+    warmup_requests: int = 0  # sent before the measured requests and excluded from every figure
     cost_per_hour_usd: float | None = None
     cost_per_million_output_tokens: float | None = None
     cost_per_1k_requests: float | None = None

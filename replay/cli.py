@@ -1,0 +1,222 @@
+"""`slogate replay`: replay a trace (or a synthetic workload) against a target and write the results.
+
+Parses options into a `Workload` (replay.source / replay.profiles + replay.workload transforms)
+and `ReplayOptions`, runs `replay.run`, writes `replay.outputs`. User mistakes raise `UsageError`
+(one line, exit 2); this module holds no measurement logic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from replay import workload as wl
+from traces.cli import UsageError
+
+EXAMPLES = """examples:
+  # 10 minutes of a production trace at 10x speed against a vLLM server
+  slogate replay trace.jsonl.zst --window 0:600 --speed 10 --target http://gpu-box:8000 \\
+      --model meta-llama/Llama-3.1-8B-Instruct --slo ttft=0.5,tpot=50ms --label gpu=H100 --out runs/h100
+  # a public trace rescaled to 20 req/s, against a simulated H100 (HTTP) or in virtual time
+  slogate replay traces/samples/azure_conv_10min.csv --rate 20 --target sim:h100-sxm/llama-3-8b --out runs/sim
+  slogate replay traces/samples/mooncake_conversation_10min.jsonl --target 'sim:a100-80g/llama-3-8b?tp=1' --virtual
+  # synthetic: Poisson 5 req/s for 2 min; bursty gamma; closed loop with 32 in flight
+  slogate replay --synthetic poisson:rate=5 --duration 2m --input-tokens lognormal:median=1000,sigma=0.7 \\
+      --output-tokens fixed:200 --target http://localhost:8000 --out runs/poisson
+  slogate replay --synthetic gamma:rate=5,cv=3 --target http://localhost:8000
+  slogate replay --synthetic concurrency:c=32 --max-requests 2000 --target http://localhost:8000
+  # distributed: 3 machines, each every 3rd request, all starting at the same wall-clock second
+  slogate replay trace.csv --shard 0/3 --start-at $(( $(date +%s) + 30 )) --target http://lb:8000 --out shard0
+  slogate merge shard0 shard1 shard2 -o merged
+"""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose mistakes are one-line `UsageError`s (exit 2), like every other slogate error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = Parser(prog="slogate replay", description="Replay a trace or a synthetic workload against an "
+                                "OpenAI-compatible server (or the simulator) with faithful arrival times, prompt "
+                                "lengths and prefix sharing; report throughput, goodput and latency.",
+                                epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = p.add_argument
+    a("trace", nargs="?", help="trace file: slogate (.jsonl.zst or capture dir), Mooncake .jsonl, Azure/BurstGPT .csv")
+    a("--format", dest="fmt", help="trace format when it cannot be guessed: slogate, mooncake, azure, burstgpt")
+    a("--target", required=True, help="http://HOST:PORT, or sim:GPU/MODEL[?tp=4&dtype=fp8&timing=constant&…]")
+    a("--model", help="model name to send (default: the first of the target's /v1/models)")
+    a("--out", help="output directory (default ./slogate-replay-YYYYmmdd-HHMMSS)")
+    g = p.add_argument_group("workload")
+    g.add_argument("--synthetic", help="poisson:rate=R | gamma:rate=R,cv=C (or burstiness=B) | constant:rate=R | concurrency:c=N")
+    g.add_argument("--input-tokens", default="lognormal:median=512,sigma=0.6", help="synthetic prompt lengths: fixed:N, uniform:A,B, lognormal:median=N,sigma=S, empirical:TRACE")
+    g.add_argument("--output-tokens", default="lognormal:median=128,sigma=0.6", help="synthetic output lengths (same forms)")
+    g.add_argument("--concurrency", type=int, help="closed loop: keep C requests in flight (trace lengths, times ignored)")
+    g.add_argument("--window", help="START:END seconds of the trace (e.g. 0:600, 10m:20m)")
+    g.add_argument("--speed", type=float, help="time compression (2 = twice as fast)")
+    g.add_argument("--rate", type=float, help="rescale arrival times to this mean rate (req/s)")
+    g.add_argument("--sample", type=float, help="keep this fraction of requests (seeded)")
+    g.add_argument("--max-requests", type=int, help="at most N requests")
+    g.add_argument("--duration", help="stop after this long (30s, 5m); with --loop the trace repeats to fill it")
+    g.add_argument("--loop", action="store_true", help="repeat the trace (fresh prompts per repeat) until --duration")
+    g.add_argument("--warmup", help="N requests, or a time like 30s, sent first and excluded from statistics")
+    g.add_argument("--seed", type=int, default=0, help="seed of every random choice (sampling, prompt text, synthetic)")
+    g.add_argument("--shard", help="I/N: send every N-th request starting at I (distributed replay)")
+    g.add_argument("--start-at", type=float, help="UNIX time at which the schedule starts (all shards agree)")
+    r = p.add_argument_group("requests")
+    r.add_argument("--endpoint", default="chat", choices=["chat", "completions"], help="API endpoint (default chat)")
+    r.add_argument("--no-stream", action="store_true", help="non-streaming requests (TTFT undefined)")
+    r.add_argument("--header", action="append", default=[], help="extra header K:V (repeatable)")
+    r.add_argument("--api-key", default=os.environ.get("SLOGATE_API_KEY"), help="bearer token (or $SLOGATE_API_KEY); never written")
+    r.add_argument("--timeout", default="600", help="per-request timeout (default 600s)")
+    r.add_argument("--retries", type=int, default=0, help="retries before any response byte (connect error, 429/502/503)")
+    r.add_argument("--retry-backoff", default="0.5", help="first retry delay, doubled each retry")
+    r.add_argument("--force-output", default="auto", help="auto | ignore_eos | min_tokens | logit-bias:JSON | none")
+    r.add_argument("--tokenizer", help="auto (default: server /tokenize, else calibrate) | server | calibrate | none | FILE (tokenizer.json)")
+    s = p.add_argument_group("sending and results")
+    s.add_argument("--workers", type=int, help="sender processes (default auto: 1 below 200 req/s)")
+    s.add_argument("--virtual", action="store_true", help="sim target only: run in virtual time, no HTTP")
+    s.add_argument("--lag-bound", default="10ms", help="schedule-lag p99 above this marks the run degraded")
+    s.add_argument("--slo", action="append", default=[], help="[NAME:]ttft=0.5,tpot=50ms,e2e=30 (repeatable; first drives goodput)")
+    s.add_argument("--cost-per-hour", type=float, help="USD/hour of the whole setup → cost per 1M tokens and per 1k requests")
+    s.add_argument("--label", action="append", default=[], help="K=V environment label (repeatable): gpu=H100")
+    s.add_argument("--scrape-metrics", nargs="?", const="1", help="sample the target's /metrics every N s (default 1) into DIR/metrics.jsonl")
+    s.add_argument("--no-chunk-times", action="store_true", help="do not store every chunk time (smaller requests file)")
+    s.add_argument("--quiet", action="store_true", help="no progress display and no console table")
+    return p
+
+
+def _seconds(text: str, what: str) -> float:
+    from traces.slo import SloError, parse_duration
+
+    try:
+        return parse_duration(text, what=what)
+    except SloError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def build_workload(ns: argparse.Namespace) -> tuple[wl.Workload, str | None, str | None]:
+    """The workload from the options; returns (workload, trace path, trace digest)."""
+    duration = wl.parse_seconds(ns.duration) if ns.duration else None
+    if ns.trace and ns.synthetic:
+        raise UsageError("give either a TRACE or --synthetic, not both")
+    trace_path = digest = None
+    if ns.synthetic:
+        from replay.profiles import synthesize
+
+        spec = f"concurrency:c={ns.concurrency}" if ns.concurrency else ns.synthetic
+        w = synthesize(spec, input_tokens=ns.input_tokens, output_tokens=ns.output_tokens, requests=ns.max_requests,
+                       duration_s=duration, seed=ns.seed)
+    elif ns.trace:
+        from replay.source import load_trace, trace_workload
+
+        trace = load_trace(ns.trace, ns.fmt)
+        trace_path, digest = trace.path, trace.digest
+        w = trace_workload(trace)
+    else:
+        raise UsageError("give a TRACE file or --synthetic SPEC (see slogate replay --help)")
+    transform(w, ns, duration)
+    if not w.requests:
+        raise UsageError("the workload is empty after --window/--sample/--duration/--max-requests/--shard")
+    return w, trace_path, digest
+
+
+def transform(w: wl.Workload, ns: argparse.Namespace, duration: float | None) -> None:
+    """Apply the workload options in their documented order (recorded in `w.description`)."""
+    reqs, desc = w.requests, w.description
+    if ns.window:
+        start, end = wl.parse_window(ns.window)
+        reqs = wl.window(reqs, start, end)
+        desc.append(f"window={ns.window}")
+    if ns.sample:
+        reqs = wl.sample(reqs, ns.sample, ns.seed)
+        desc.append(f"sample={ns.sample:g}")
+    if ns.speed and not w.concurrency:
+        reqs = wl.speed(reqs, ns.speed)
+        desc.append(f"speed={ns.speed:g}")
+    if ns.rate and not w.concurrency:
+        reqs = wl.rate(reqs, ns.rate)
+        desc.append(f"rate={ns.rate:g}")
+    if ns.concurrency:
+        w.concurrency, w.duration_s = ns.concurrency, duration
+        desc.append(f"concurrency={ns.concurrency}" + (f" duration={ns.duration}" if ns.duration else ""))
+    elif duration is not None:
+        reqs = wl.duration(reqs, duration, loop=ns.loop)
+        desc.append(f"duration={ns.duration}" + (" loop" if ns.loop else ""))
+    elif ns.loop:
+        raise UsageError("--loop needs --duration (how long to keep repeating the trace)")
+    if ns.max_requests:
+        reqs = wl.max_requests(reqs, ns.max_requests)
+        desc.append(f"max_requests={ns.max_requests}")
+    if ns.warmup:
+        text = ns.warmup.strip()
+        reqs = wl.mark_warmup(reqs, count=int(text)) if text.isdigit() else wl.mark_warmup(reqs, seconds=wl.parse_seconds(text))
+        desc.append(f"warmup={text}")
+    if ns.shard:
+        i, n = wl.parse_shard(ns.shard)
+        reqs = wl.shard(reqs, i, n)
+        desc.append(f"shard={ns.shard}")
+    w.requests = reqs
+
+
+def _pairs(items: list[str], sep: str, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        if sep not in item:
+            raise UsageError(f"bad {what} {item!r}: expected KEY{sep}VALUE")
+        k, v = item.split(sep, 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ns = parser().parse_args(argv)
+    from replay.forcing import choose
+    from replay.run import ReplayOptions, replay
+    from traces.slo import SloError, parse_slo
+
+    choose(ns.force_output, "unknown")  # syntax check before any network
+    try:
+        w, trace_path, digest = build_workload(ns)
+        slos = [parse_slo(s, default_name=f"slo{i}" if i else "default") for i, s in enumerate(ns.slo)]
+    except (wl.WorkloadError, SloError) as exc:
+        raise UsageError(str(exc)) from None
+    out = Path(ns.out or time.strftime("slogate-replay-%Y%m%d-%H%M%S"))
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a directory")
+    options = ReplayOptions(
+        target=ns.target, model=ns.model, endpoint=ns.endpoint, stream=not ns.no_stream,
+        headers=_pairs(ns.header, ":", "--header"), api_key=ns.api_key, timeout_s=_seconds(ns.timeout, "--timeout"),
+        retries=ns.retries, retry_backoff_s=_seconds(ns.retry_backoff, "--retry-backoff"), force_output=ns.force_output,
+        tokenizer=ns.tokenizer, workers=ns.workers, virtual=ns.virtual, slos=slos, cost_per_hour=ns.cost_per_hour,
+        lag_bound_s=_seconds(ns.lag_bound, "--lag-bound"), seed=ns.seed, labels=_pairs(ns.label, "=", "--label"),
+        scrape_interval_s=_seconds(ns.scrape_metrics, "--scrape-metrics") if ns.scrape_metrics else None,
+        out_dir=str(out), start_at=ns.start_at, shard=ns.shard,
+        progress=not ns.quiet and sys.stdout.isatty() and not ns.virtual,
+        command=["slogate", "replay", *argv], trace=trace_path, trace_digest=digest,
+        keep_chunk_times=not ns.no_chunk_times,
+    )
+    result = replay(w, options)
+    write_outputs(result, out, console=not ns.quiet)
+    return 0
+
+
+def write_outputs(result, out: Path, *, console: bool = True) -> None:
+    from replay.outputs import console as console_out
+    from replay.outputs import csv as csv_out
+    from replay.outputs import json as json_out
+    from replay.outputs import records as records_out
+
+    out.mkdir(parents=True, exist_ok=True)
+    json_out.write(result.results, out)
+    records_out.write(result.header, result.records, out)
+    csv_out.write(result.results, out)
+    if console:
+        console_out.render(result.results)
+        print(f"results: {out}/results.json, {out}/requests.jsonl.zst, {out}/summary.csv")

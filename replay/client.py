@@ -1,0 +1,82 @@
+"""Sends one planned request and times its response with the shared `traces` StreamObserver.
+
+One connection pool per worker (`replay.http`, keep-alive, unlimited concurrency). Timing starts
+at the *actual* send; `record.lag` = actual − intended. Never raises for a failed request (the
+record says what went wrong) and never writes API keys or headers anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import msgspec
+
+from replay.http import HttpError, Pool
+from traces.observer import StreamObserver
+from traces.record import RequestRecord
+
+RETRY_STATUSES = frozenset({429, 502, 503})
+
+
+class ClientConfig(msgspec.Struct, frozen=True):
+    base_url: str
+    model: str | None = None
+    endpoint: str = "/v1/chat/completions"
+    stream: bool = True
+    headers: dict[str, str] = {}  # may hold the API key: kept in memory only
+    timeout_s: float = 600.0
+    retries: int = 0  # retries before any response byte (connect error, 429/502/503)
+    retry_backoff_s: float = 0.5
+    keep_chunk_times: bool = True
+
+
+def new_pool(cfg: ClientConfig) -> Pool:
+    return Pool(cfg.base_url, cfg.headers)
+
+
+class InFlight:
+    """A request whose send happened in `start` (synchronously, at the pacer's instant)."""
+
+    __slots__ = ("attempt", "body", "endpoint", "intended_ns", "obs", "pending", "t_send")
+
+    def __init__(self, pool: Pool, cfg: ClientConfig, body: bytes, intended_ns: int, endpoint: str, stream: bool):
+        self.t_send = time.perf_counter_ns()
+        self.intended_ns, self.body, self.endpoint, self.attempt = intended_ns, body, endpoint, 0
+        self.obs = StreamObserver(self.t_send, stream=stream, endpoint=endpoint, keep_chunk_times=cfg.keep_chunk_times)
+        self.pending = pool.begin(endpoint, body, self.obs.feed)
+
+
+def start(pool: Pool, cfg: ClientConfig, body: bytes, *, intended_ns: int, endpoint: str | None = None,
+          stream: bool | None = None) -> InFlight:
+    """Send now (when a kept-alive connection is idle, the bytes are written before this returns)."""
+    return InFlight(pool, cfg, body, intended_ns, endpoint or cfg.endpoint, cfg.stream if stream is None else stream)
+
+
+async def complete(pool: Pool, cfg: ClientConfig, f: InFlight) -> RequestRecord:
+    """Wait for the response of `start`; retries per the config; the record of what happened."""
+    while True:
+        status, error = 0, None
+        try:
+            status = await pool.finish(f.pending, timeout_s=cfg.timeout_s)
+        except HttpError as exc:
+            error = exc.kind
+        if f.attempt < cfg.retries and (error == "connect" or status in RETRY_STATUSES):
+            f.attempt += 1
+            await asyncio.sleep(cfg.retry_backoff_s * (2 ** (f.attempt - 1)))
+            f.obs = StreamObserver(f.t_send, stream=f.obs.stream, endpoint=f.endpoint,
+                                   keep_chunk_times=cfg.keep_chunk_times)
+            f.pending = pool.begin(f.endpoint, f.body, f.obs.feed)
+            continue
+        record = f.obs.finish(time.perf_counter_ns(), status=status, error=error)
+        record.lag = (f.t_send - f.intended_ns) * 1e-9
+        record.model = cfg.model
+        if record.chunk_times:
+            record.chunk_times = [round(c, 6) for c in record.chunk_times]
+        return record
+
+
+async def send(pool: Pool, cfg: ClientConfig, body: bytes, *, intended_ns: int, endpoint: str | None = None,
+               stream: bool | None = None) -> RequestRecord:
+    """`start` then `complete`."""
+    return await complete(pool, cfg, start(pool, cfg, body, intended_ns=intended_ns, endpoint=endpoint, stream=stream))

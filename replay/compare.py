@@ -1,0 +1,285 @@
+"""Compare runs: load each side (a run's results.json, or a captured trace summarized the same way),
+flatten every summary metric, compute deltas against the first side and check `--fail-if` bounds.
+
+Pure apart from reading the inputs; never writes files and never prints (compare_cli does).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from replay.measure import run_duration
+from replay.results import Environment, Results, RunSummary, load, summarize_run
+from traces.metrics import Summary
+from traces.segments import TraceError
+from traces.slo import Slo, SloError, parse_slo
+
+SUMMARY_STATS = tuple(f.name for f in msgspec.structs.fields(Summary))  # count, mean, p50, …, max
+TABLE_STATS = ("p50", "p90", "p99", "max", "mean")  # the stats the side-by-side table shows
+# Which way is better, for colouring deltas: larger for these, no verdict for the NEUTRAL ones
+# (they describe the run's setup), smaller for everything else (latencies, failures, drift, cost).
+HIGHER_IS_BETTER = ("request_rate_rps", "output_tokens_per_s", "total_tokens_per_s", "samples_per_s",
+                    "goodput", "slo_attainment")
+NEUTRAL = ("requests", "duration_s", "offered_rate_rps", "send_rate_rps", "lag_bound_s", "warmup_requests",
+           "cost_per_hour_usd")
+
+FAIL_IF_GRAMMAR = (
+    "METRIC OP BOUND, OP one of < <= > >=; BOUND '+10%'/'-5%' (relative change vs the baseline), "
+    "'+0.05'/'-2' (signed: absolute change, '+20ms' allowed) or '0.9' (unsigned: the value itself); "
+    "METRIC a summary field like goodput_rps, slo_attainment or ttft_s.p99"
+)
+_FAIL_IF = re.compile(
+    r"^\s*(?P<metric>[A-Za-z_][A-Za-z0-9_.\-]*)\s*(?P<op><=|>=|<|>)\s*"
+    r"(?P<sign>[+-])?(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>%|ms|us|s)?\s*$"
+)
+
+
+class CompareError(ValueError):
+    """A user mistake (missing input, bad --fail-if): the message names the bad value and the fix."""
+
+
+class Side(msgspec.Struct):
+    """One column of the comparison."""
+
+    name: str
+    source: str
+    kind: str  # "run" (results.json) or "trace" (captured trace summarized over its span)
+    results: Results
+
+
+class Bound(msgspec.Struct, frozen=True):
+    """A parsed `--fail-if`: breaks when the measured quantity `op` `value` holds."""
+
+    text: str
+    metric: str
+    op: str
+    value: float
+    mode: str  # "relative" (fraction), "absolute" (change in the metric's unit) or "value"
+
+
+class Violation(msgspec.Struct):
+    bound: str
+    side: str
+    metric: str
+    measured: float | None  # the relative change, absolute change or value that broke the bound
+    mode: str
+    message: str
+
+
+# -- loading -----------------------------------------------------------------------------------------
+
+
+def load_side(path: str | Path, *, slos: Sequence[Slo] = (), name: str | None = None) -> Side:
+    """A run directory / results.json, or a slogate trace file or capture directory."""
+    p = Path(path)
+    label = name or _default_name(p)
+    if not p.exists():
+        raise CompareError(f"{p}: no such file or directory (give a run directory, a results.json or a slogate trace)")
+    results_file = p / "results.json" if p.is_dir() else p
+    if results_file.name.endswith(".json") and results_file.is_file():
+        try:
+            return Side(name=label, source=str(p), kind="run", results=load(results_file))
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise CompareError(f"{results_file}: not a slogate results.json ({exc})") from None
+    return Side(name=label, source=str(p), kind="trace", results=summarize_trace(p, slos=slos))
+
+
+def summarize_trace(path: str | Path, *, slos: Sequence[Slo] = ()) -> Results:
+    """Summarize a captured trace like a run, over its span (first arrival to last completion).
+
+    Uses `slos` when given, else the SLOs recorded in the trace header."""
+    from traces.reader import read_trace
+
+    try:
+        trace = read_trace(path)
+    except TraceError as exc:
+        raise CompareError(f"{exc} (expected a run directory, a results.json or a slogate trace)") from None
+    if not trace.records:
+        raise CompareError(f"{path}: the trace holds no requests")
+    if not slos and trace.header.slos:
+        try:
+            slos = [parse_slo(spec, default_name=name) for name, spec in trace.header.slos.items()]
+        except SloError:
+            slos = []
+    summary = summarize_run(trace.records, duration_s=max(run_duration(trace.records), 1e-9), slos=slos)
+    env = Environment(
+        target=f"trace:{trace.header.source or 'capture'}",
+        trace=str(path),
+        slogate_version=trace.header.slogate_version,
+        start_unix=trace.header.start_unix,
+        slo={s.name: s.spec() for s in slos},
+    )
+    return Results(environment=env, summary=summary)
+
+
+def slos_of(results: Results) -> list[Slo]:
+    """The SLOs a run was measured with (so a trace side can use the same ones)."""
+    out: list[Slo] = []
+    for name, spec in results.environment.slo.items():
+        try:
+            out.append(parse_slo(spec, default_name=name))
+        except SloError:
+            continue
+    if results.summary.slo:  # the goodput SLO first
+        out.sort(key=lambda s: s.name != results.summary.slo)
+    return out
+
+
+def _default_name(p: Path) -> str:
+    if p.name == "results.json":
+        p = p.parent
+    if p.name == "requests.jsonl.zst":  # a run's own records used as a trace
+        return f"{p.parent.name}/requests"
+    name = p.name or str(p)
+    for suffix in (".jsonl.zst", ".json"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def unique_names(sides: list[Side]) -> None:
+    seen: dict[str, int] = {}
+    for side in sides:
+        n = seen.get(side.name, 0)
+        seen[side.name] = n + 1
+        if n:
+            side.name = f"{side.name}#{n + 1}"
+
+
+# -- metrics -----------------------------------------------------------------------------------------
+
+
+def flatten(summary: RunSummary) -> dict[str, float | None]:
+    """Every numeric summary metric by path: scalars, `X.stat` of each Summary, `goodput_by_slo.NAME.key`."""
+    out: dict[str, float | None] = {}
+    for field in msgspec.structs.fields(RunSummary):
+        value = getattr(summary, field.name)
+        if isinstance(value, Summary):
+            for stat in SUMMARY_STATS:
+                v = getattr(value, stat)
+                out[f"{field.name}.{stat}"] = None if v is None else float(v)
+        elif field.name == "goodput_by_slo":
+            for slo_name, numbers in value.items():
+                for key, v in numbers.items():
+                    out[f"goodput_by_slo.{slo_name}.{key}"] = float(v)
+        elif isinstance(value, bool):
+            out[field.name] = float(value)
+        elif (value is None or isinstance(value, int | float)) and field.name not in ("slo",):
+            out[field.name] = None if value is None else float(value)
+    return out
+
+
+def table_metrics(flat_by_side: Sequence[dict[str, float | None]]) -> list[str]:
+    """The rows of the side-by-side table: scalars and the TABLE_STATS of each distribution, in order,
+    leaving out metrics no side has (e.g. cost without --cost-per-hour)."""
+    keys: list[str] = []
+    for flat in flat_by_side:
+        for key in flat:
+            stat = key.rsplit(".", 1)[-1]
+            if "." in key and not key.startswith("goodput_by_slo.") and stat not in TABLE_STATS:
+                continue
+            if key not in keys:
+                keys.append(key)
+    return [k for k in keys if any(f.get(k) is not None for f in flat_by_side)]
+
+
+def better_direction(metric: str) -> int:
+    """+1 when larger is better, -1 when smaller is better, 0 when a change is neither."""
+    if metric in NEUTRAL or metric.endswith(".count"):
+        return 0
+    return 1 if any(metric.startswith(p) or p in metric.split(".") for p in HIGHER_IS_BETTER) else -1
+
+
+def deltas(base: float | None, value: float | None) -> tuple[float | None, float | None]:
+    """(absolute, relative) change of `value` vs `base`; relative is ±inf from a zero baseline."""
+    if base is None or value is None:
+        return None, None
+    diff = value - base
+    if base == 0:
+        return diff, 0.0 if diff == 0 else math.copysign(math.inf, diff)
+    return diff, diff / abs(base)
+
+
+# -- --fail-if ---------------------------------------------------------------------------------------
+
+
+def parse_bound(text: str, known: Sequence[str]) -> Bound:
+    """Parse one `--fail-if` expression; `known` are the metric paths available."""
+    m = _FAIL_IF.match(text)
+    if not m:
+        raise CompareError(f"bad --fail-if {text!r}: expected {FAIL_IF_GRAMMAR}")
+    metric, unit, sign = m["metric"], m["unit"], m["sign"]
+    if metric not in known:
+        close = [k for k in known if k.split(".")[0] == metric.split(".")[0]][:8]
+        hint = f"; did you mean one of: {', '.join(close)}" if close else f"; known metrics include {', '.join(list(known)[:12])}, …"
+        raise CompareError(f"bad --fail-if {text!r}: unknown metric {metric!r}{hint}")
+    value = float(m["num"]) * (-1.0 if sign == "-" else 1.0)
+    if unit == "%":
+        return Bound(text=text, metric=metric, op=m["op"], value=value / 100.0, mode="relative")
+    if unit in ("ms", "us", "s"):
+        value *= {"s": 1.0, "ms": 1e-3, "us": 1e-6}[unit]
+    return Bound(text=text, metric=metric, op=m["op"], value=value, mode="absolute" if sign else "value")
+
+
+def check(bounds: Sequence[Bound], sides: Sequence[Side]) -> list[Violation]:
+    """Check every bound on every side after the first (the baseline); a missing value breaks the bound."""
+    flats = [flatten(s.results.summary) for s in sides]
+    base = flats[0]
+    out: list[Violation] = []
+    for bound in bounds:
+        for side, flat in zip(sides[1:], flats[1:], strict=True):
+            value = flat.get(bound.metric)
+            absolute, relative = deltas(base.get(bound.metric), value)
+            measured = {"relative": relative, "absolute": absolute, "value": value}[bound.mode]
+            if measured is None:
+                out.append(Violation(bound.text, side.name, bound.metric, None, bound.mode,
+                                     f"{side.name}: {bound.metric} has no value to check {bound.text!r} against"))
+            elif _holds(measured, bound.op, bound.value):
+                out.append(Violation(bound.text, side.name, bound.metric, measured, bound.mode,
+                                     f"{side.name}: {bound.text!r} broken: {_describe(bound, measured, value)}"))
+    return out
+
+
+def _holds(x: float, op: str, bound: float) -> bool:
+    return {"<": x < bound, "<=": x <= bound, ">": x > bound, ">=": x >= bound}[op]
+
+
+def _describe(bound: Bound, measured: float, value: float | None) -> str:
+    if bound.mode == "relative":
+        return f"{bound.metric} changed {measured * 100:+.2f}% vs the baseline (now {value:.6g})"
+    if bound.mode == "absolute":
+        return f"{bound.metric} changed {measured:+.6g} vs the baseline (now {value:.6g})"
+    return f"{bound.metric} is {measured:.6g}"
+
+
+# -- the whole comparison as data (for --json and the table) ----------------------------------------
+
+
+def comparison(sides: Sequence[Side], metrics: Sequence[str] | None = None) -> dict[str, object]:
+    flats = [flatten(s.results.summary) for s in sides]
+    keys = list(metrics) if metrics is not None else list(dict.fromkeys(k for f in flats for k in f))
+    rows: dict[str, object] = {}
+    for key in keys:
+        values = [f.get(key) for f in flats]
+        pairs = [deltas(values[0], v) for v in values[1:]]
+        rows[key] = {
+            "values": values,
+            "delta": [p[0] for p in pairs],
+            "relative": [_json_float(p[1]) for p in pairs],
+        }
+    return {
+        "baseline": sides[0].name,
+        "sides": [{"name": s.name, "source": s.source, "kind": s.kind,
+                   "labels": s.results.environment.labels, "degraded": s.results.summary.degraded} for s in sides],
+        "metrics": rows,
+    }
+
+
+def _json_float(x: float | None) -> float | str | None:
+    if x is not None and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x

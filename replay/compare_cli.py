@@ -1,0 +1,223 @@
+"""`slogate compare A B [C …]`: side-by-side summary metrics with deltas vs the first side, and
+`--fail-if` bounds for CI (exit 1 when one is broken). Rich table on a TTY, plain text otherwise.
+
+Only parses arguments and prints; the comparison itself lives in replay.compare. Never writes files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from replay.compare import (
+    FAIL_IF_GRAMMAR,
+    CompareError,
+    Side,
+    Violation,
+    better_direction,
+    check,
+    comparison,
+    deltas,
+    flatten,
+    load_side,
+    parse_bound,
+    slos_of,
+    table_metrics,
+    unique_names,
+)
+from traces.cli import UsageError
+from traces.slo import SloError, parse_slo
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="slogate compare",
+        description="Compare replay runs (run directories or results.json) and captured traces side by side; "
+        "deltas are against the first (the baseline).",
+        epilog="examples:\n"
+        "  slogate compare runs/a100 runs/h100\n"
+        "  slogate compare prod-trace/ runs/candidate --fail-if 'goodput_rps<-5%' --fail-if 'ttft_s.p99>+10%'\n"
+        f"--fail-if grammar: {FAIL_IF_GRAMMAR}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("sides", nargs="+", metavar="RUN", help="run directory, results.json, or slogate trace file/dir")
+    p.add_argument("--fail-if", action="append", default=[], metavar="EXPR",
+                   help="exit 1 when EXPR holds for any non-baseline side, e.g. 'goodput_rps<-5%%'")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("--slo", action="append", default=[], metavar="SPEC",
+                   help="SLO for trace sides, e.g. 'ttft=0.5,tpot=50ms' (default: the first run's SLO, else the trace header's)")
+    p.add_argument("--all", action="store_true", help="show every percentile (p95, p99.9, count) in the table")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
+    if len(args.sides) < 2:
+        raise UsageError("compare needs at least two sides: slogate compare BASELINE CANDIDATE [MORE …]")
+    try:
+        sides = load_sides(args.sides, args.slo)
+        known = list(dict.fromkeys(k for s in sides for k in flatten(s.results.summary)))
+        bounds = [parse_bound(text, known) for text in args.fail_if]
+    except CompareError as exc:
+        raise UsageError(str(exc)) from None
+    violations = check(bounds, sides)
+    flats = [flatten(s.results.summary) for s in sides]
+    rows = known if args.all else table_metrics(flats)
+    if args.json:
+        data = comparison(sides, rows)
+        data["checks"] = {"bounds": [b.text for b in bounds], "violations": [msgspec.to_builtins(v) for v in violations],
+                          "passed": not violations}
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(data), indent=2).decode() + "\n")
+    else:
+        render(sides, rows)
+        print_checks(bounds, violations)
+    return 1 if violations else 0
+
+
+def load_sides(paths: Sequence[str], slo_specs: Sequence[str]) -> list[Side]:
+    try:
+        slos = [parse_slo(s, default_name="default" if i == 0 else f"slo{i}") for i, s in enumerate(slo_specs)]
+    except SloError as exc:
+        raise CompareError(str(exc)) from None
+    sides: list[Side | None] = [None] * len(paths)
+    # Runs first, so a trace side can be summarized with the runs' SLO ("production vs candidate").
+    for i, path in enumerate(paths):
+        side = _try_run(path)
+        if side is not None:
+            sides[i] = side
+    if not slos:
+        slos = next((slos_of(s.results) for s in sides if s is not None and slos_of(s.results)), [])
+    for i, path in enumerate(paths):
+        if sides[i] is None:
+            sides[i] = load_side(path, slos=slos)
+    out = [s for s in sides if s is not None]
+    unique_names(out)
+    return out
+
+
+def _try_run(path: str) -> Side | None:
+    p = Path(path)
+    if (p.is_dir() and (p / "results.json").is_file()) or (p.is_file() and p.name.endswith(".json")):
+        return load_side(p)
+    return None
+
+
+# -- output ------------------------------------------------------------------------------------------
+
+
+def fmt_value(x: float | None) -> str:
+    if x is None:
+        return "–"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == int(x) and abs(x) < 1e12:
+        return str(int(x))
+    return f"{x:.4g}"
+
+
+def fmt_delta(x: float | None) -> str:
+    if x is None:
+        return "–"
+    return "+0" if x == 0 else ("+" if x > 0 else "") + fmt_value(x)
+
+
+def fmt_rel(x: float | None) -> str:
+    if x is None:
+        return "–"
+    if math.isinf(x):
+        return "+inf%" if x > 0 else "-inf%"
+    return f"{x * 100:+.1f}%"
+
+
+def _cells(sides: Sequence[Side], metric: str) -> list[tuple[str, str, str, float | None]]:
+    """Per side: (value, Δ, Δ%, relative) strings; the baseline has no deltas."""
+    values = [flatten(s.results.summary).get(metric) for s in sides]
+    out = [(fmt_value(values[0]), "", "", None)]
+    for v in values[1:]:
+        absolute, relative = deltas(values[0], v)
+        out.append((fmt_value(v), fmt_delta(absolute), fmt_rel(relative), relative))
+    return out
+
+
+def render(sides: Sequence[Side], rows: Sequence[str], *, force_plain: bool = False) -> None:
+    """The side-by-side table: rich on a terminal wide enough for it (and rich installed), else plain."""
+    lines = _plain_lines(sides, rows)
+    if not force_plain and sys.stdout.isatty():
+        try:
+            from rich.console import Console
+
+            console = Console()
+            if max(len(line) for line in lines) + 3 * len(lines[0].split("  ")) <= console.width:
+                _render_rich(console, sides, rows)
+                return
+        except ImportError:
+            pass
+    print("\n".join(lines))
+    _print_sources(sides)
+
+
+def _plain_lines(sides: Sequence[Side], rows: Sequence[str]) -> list[str]:
+    header = ["metric", f"{sides[0].name} (baseline)"]
+    for s in sides[1:]:
+        header += [s.name, "Δ", "Δ%"]
+    table = [header]
+    for metric in rows:
+        cells = _cells(sides, metric)
+        line = [metric, cells[0][0]]
+        for value, d, r, _ in cells[1:]:
+            line += [value, d, r]
+        table.append(line)
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    out = []
+    for n, row in enumerate(table):
+        out.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out
+
+
+def _render_rich(console, sides: Sequence[Side], rows: Sequence[str]) -> None:  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
+    table = Table(title="slogate compare (deltas vs the first column)", header_style="bold")
+    table.add_column("metric", style="cyan", no_wrap=True)
+    table.add_column(f"{sides[0].name}\n(baseline)", justify="right")
+    for s in sides[1:]:
+        table.add_column(s.name, justify="right")
+        table.add_column("Δ", justify="right")
+        table.add_column("Δ%", justify="right")
+    for metric in rows:
+        cells = _cells(sides, metric)
+        row = [metric, cells[0][0]]
+        for value, d, r, rel in cells[1:]:
+            style = ""
+            direction = better_direction(metric)
+            if rel is not None and rel != 0 and direction:
+                style = "green" if (rel > 0) == (direction > 0) else "red"
+            row += [value, f"[{style}]{d}[/]" if style else d, f"[{style}]{r}[/]" if style else r]
+        table.add_row(*row)
+    console.print(table)
+    _print_sources(sides)
+
+
+def _print_sources(sides: Sequence[Side]) -> None:
+    for s in sides:
+        extra = " (captured trace, summarized over its span)" if s.kind == "trace" else ""
+        degraded = f"  DEGRADED: {'; '.join(s.results.summary.degraded_reasons)}" if s.results.summary.degraded else ""
+        print(f"  {s.name}: {s.source}{extra}{degraded}")
+
+
+def print_checks(bounds: Sequence[object], violations: Sequence[Violation]) -> None:
+    if not bounds:
+        return
+    if violations:
+        print(f"FAIL: {len(violations)} bound(s) broken:")
+        for v in violations:
+            print(f"  {v.message}")
+    else:
+        print(f"OK: all {len(bounds)} bound(s) hold")

@@ -1,0 +1,115 @@
+"""The demo's in-process steps: which simulated setups to compare, the virtual-time replays of the
+captured trace, the side-by-side comparison and the HTML report.
+
+Reuses `slogate replay` (replay.cli), replay.compare(_cli) and replay.report; holds no metric logic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import urllib.parse
+from pathlib import Path
+
+import msgspec
+
+from replay.target import parse_target, sim_config
+from traces.cli import UsageError
+
+# The rows of the demo's comparison (replay.compare metric paths).
+ROWS = ("requests", "failed", "request_rate_rps", "output_tokens_per_s", "goodput_rps", "goodput_tokens_per_s",
+        "slo_attainment", "ttft_s.p50", "ttft_s.p99", "tpot_s.p50", "tpot_s.p99", "e2e_s.p99")
+CAPTURE_SIDE = "production"  # the column of the captured trace (the gateway's own measurements)
+
+
+class Setup(msgspec.Struct, frozen=True):
+    """One simulated setup: a short name (directory and column), its `sim:` target and sim options."""
+
+    name: str
+    target: str
+    opts: dict[str, str]
+
+
+def parse_setup(text: str, model: str) -> Setup:
+    """`GPU[/MODEL][?k=v&…]` (or the same with a `sim:` prefix) → Setup; validated against the sim catalog."""
+    body = text.strip().removeprefix("sim:")
+    path, _, query = body.partition("?")
+    gpu, _, model_name = path.partition("/")
+    if not gpu:
+        raise UsageError(f"bad setup {text!r}: expected GPU[/MODEL][?dtype=fp8&tp=2…], e.g. l40s?dtype=fp8")
+    target = f"sim:{gpu}/{model_name or model}" + (f"?{query}" if query else "")
+    opts = parse_target(target).sim or {}
+    from replay.sim.config import build
+
+    build(sim_config(opts))  # unknown GPU/model/dtype → UsageError naming the choices
+    suffix = "-".join(v if k in ("dtype", "kv_dtype") else f"{k}{v}" for k, v in urllib.parse.parse_qsl(query))
+    name = gpu.lower() + (f"-{model_name}" if model_name and model_name != model else "") + (f"-{suffix}" if suffix else "")
+    return Setup(name=name.replace("/", "-").replace("=", ""), target=target, opts=opts)
+
+
+def parse_candidates(text: str, model: str, baseline: Setup) -> list[Setup]:
+    setups = [parse_setup(part, model) for part in text.split(",") if part.strip()]
+    if not setups:
+        raise UsageError("--candidates is empty: give one or more setups like h100-sxm,l40s?dtype=fp8")
+    names = {baseline.name}
+    out = []
+    for s in setups:
+        name, n = s.name, 2
+        while name in names or name in ("capture", "logs", "production-live"):
+            name, n = f"{s.name}-{n}", n + 1
+        names.add(name)
+        out.append(msgspec.structs.replace(s, name=name))
+    return out
+
+
+def virtual_replay(capture: Path, setup: Setup, out: Path, *, slo: str, seed: int, role: str) -> Path:
+    """`slogate replay CAPTURE --target sim:… --virtual` in-process; returns the run directory."""
+    from replay import cli
+
+    gpu = setup.opts.get("gpu", setup.name)
+    argv = [str(capture), "--target", setup.target, "--virtual", "--slo", slo, "--seed", str(seed), "--quiet",
+            "--out", str(out), "--label", f"gpu={gpu}", "--label", f"role={role}"]
+    if setup.opts.get("dtype"):
+        argv += ["--label", f"dtype={setup.opts['dtype']}"]
+    cli.main(argv)
+    return out
+
+
+def comparison(runs: list[tuple[str, Path]], capture: Path, slo_spec: str) -> tuple[list, str]:
+    """Load each run (the first is the baseline) plus the captured trace as the last side.
+
+    Returns (sides, plain-text table) for `print_comparison` and comparison.txt."""
+    from replay import compare_cli
+    from replay.compare import CompareError, load_side
+    from traces.slo import parse_slo
+
+    slo = parse_slo(slo_spec, default_name="default")
+    try:
+        sides = [load_side(path, name=name) for name, path in runs]
+        sides.append(load_side(capture, slos=[slo], name=CAPTURE_SIDE))
+    except CompareError as exc:
+        raise UsageError(str(exc)) from None
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        compare_cli.render(sides, ROWS, force_plain=True)
+    return sides, buf.getvalue()
+
+
+def print_comparison(sides: list, plain: str, *, rich: bool) -> None:
+    """The compare table: rich (coloured deltas) when asked and it fits the terminal, else plain text."""
+    if rich:
+        from replay import compare_cli
+
+        compare_cli.render(sides, ROWS)
+    else:
+        print(plain, end="", flush=True)
+
+
+def write_report(run_dirs: list[Path], path: Path) -> tuple[Path, bool]:
+    """report.html of every run (replay.report); returns (path, plots drawn)."""
+    from replay import report
+
+    try:
+        return report.write_report(run_dirs, path), report.plots_available()
+    except report.ReportError as exc:
+        raise UsageError(str(exc)) from None

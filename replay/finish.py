@@ -1,0 +1,64 @@
+"""From what the workers sent back to a run's results: records in order, warmup removed, the summary.
+
+Pure functions of per-request records (shared by `replay.run` and `replay.merge`, so a merged run
+is computed exactly like a single one) plus command-line redaction. Never does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from replay import measure
+from replay.results import Environment, Results, RunSummary, summarize_run
+from replay.worker import Item
+from replay.workload import Workload
+from traces import __version__
+from traces.record import RequestRecord, TraceHeader
+from traces.slo import Slo
+
+
+def redact(command: list[str]) -> list[str]:
+    """The command line with secrets replaced: --api-key values and Authorization headers."""
+    out, hide = [], False
+    for arg in command:
+        if hide:
+            out.append("***")
+            hide = False
+        elif arg in ("--api-key",):
+            out.append(arg)
+            hide = True
+        elif arg.startswith("--api-key="):
+            out.append("--api-key=***")
+        elif arg.lower().startswith(("authorization:", "authorization=")) or "bearer " in arg.lower():
+            out.append(arg.split(":", 1)[0] + ":***")
+        else:
+            out.append(arg)
+    return out
+
+
+def summarize(records: list[RequestRecord], planned: list[tuple[int | None, int | None]] | None, *,
+              slos: Sequence[Slo], cost_per_hour: float | None, lag_bound_s: float, open_loop: bool) -> RunSummary:
+    """RunSummary of measured records, with the run-level measurements (also used by merge)."""
+    summary = summarize_run(records, duration_s=measure.run_duration(records), slos=slos, planned=planned,
+                            offered_rate_rps=measure.offered_rate(records) if open_loop else None,
+                            cost_per_hour_usd=cost_per_hour)
+    summary.send_rate_rps = measure.send_rate(records)
+    summary.lag_bound_s = lag_bound_s
+    reasons = measure.degraded_reasons(records, lag_bound_s=lag_bound_s, open_loop=open_loop)
+    summary.degraded, summary.degraded_reasons = bool(reasons), reasons
+    return summary
+
+
+def collect(items: list[Item], workload: Workload, env: Environment, *, slos: Sequence[Slo],
+            cost_per_hour: float | None, lag_bound_s: float) -> tuple[Results, list[RequestRecord], TraceHeader]:
+    """Results, measured records (intended-time order, warmup excluded) and the requests-file header."""
+    items.sort(key=lambda it: (it[3].t, it[0]))
+    measured = [it for it in items if not it[2]]
+    records = [it[3] for it in measured]
+    planned = [(it[1], it[3].max_tokens) for it in measured]
+    summary = summarize(records, planned, slos=slos, cost_per_hour=cost_per_hour, lag_bound_s=lag_bound_s,
+                        open_loop=not workload.concurrency)
+    summary.warmup_requests = len(items) - len(measured)
+    header = TraceHeader(slogate_version=__version__, start_unix=env.start_unix, block_size=workload.block_size,
+                         block_unit="tokens", tokens_source=None, slos=env.slo, source="replay")
+    return Results(environment=env, summary=summary), records, header

@@ -1,0 +1,65 @@
+"""Merging the results of a distributed replay (`--shard i/N`) into one run.
+
+Records of every shard are put on one timeline (shards that did not share `--start-at` are
+shifted by their start times) and every figure is recomputed from them: percentiles of the
+merged records, never averages of shard percentiles. Drift is a maximum, so the shards' maximum
+is exact. Never sends a request.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from replay.results import Results, load
+from traces.cli import UsageError
+from traces.record import RequestRecord, TraceHeader
+from traces.slo import Slo, parse_slo
+
+
+class Merged(msgspec.Struct):
+    results: Results
+    records: list[RequestRecord]
+    header: TraceHeader
+
+
+def merge_dirs(dirs: list[str | Path]) -> Merged:
+    from replay.finish import summarize
+    from replay.outputs.records import FILE, read
+
+    if not dirs:
+        raise UsageError("give the shard result directories to merge")
+    runs: list[tuple[Results, TraceHeader, list[RequestRecord]]] = []
+    for d in dirs:
+        p = Path(d)
+        if not (p / "results.json").is_file() or not (p / FILE).is_file():
+            raise UsageError(f"{d} is not a replay result directory (needs results.json and {FILE})")
+        header, recs = read(p)
+        runs.append((load(p), header, recs))
+    digests = {r.environment.trace_digest for r, _, _ in runs}
+    if len(digests) > 1:
+        raise UsageError("the runs replayed different traces (trace digests differ); merge shards of one replay only")
+    base = min(r.environment.start_unix for r, _, _ in runs)
+    records: list[RequestRecord] = []
+    for res, _, recs in runs:
+        shift = res.environment.start_unix - base
+        for rec in recs:
+            if abs(shift) > 1e-3:
+                rec.t += shift
+            records.append(rec)
+    records.sort(key=lambda r: r.t)
+    first = runs[0][0]
+    env = msgspec.structs.replace(first.environment, start_unix=base, shard=None,
+                                  shards=[r.environment.shard or "?" for r, _, _ in runs],
+                                  workers=sum(r.environment.workers or 0 for r, _, _ in runs) or None)
+    slos: list[Slo] = [parse_slo(f"{name}:{spec}") for name, spec in env.slo.items()]
+    summary = summarize(records, None, slos=slos, cost_per_hour=first.summary.cost_per_hour_usd,
+                        lag_bound_s=first.summary.lag_bound_s or 0.010, open_loop=first.summary.offered_rate_rps is not None)
+    drifts_in = [r.summary.input_token_drift for r, _, _ in runs if r.summary.input_token_drift is not None]
+    drifts_out = [r.summary.output_token_drift for r, _, _ in runs if r.summary.output_token_drift is not None]
+    summary.input_token_drift = max(drifts_in) if drifts_in else None
+    summary.output_token_drift = max(drifts_out) if drifts_out else None
+    summary.warmup_requests = sum(r.summary.warmup_requests for r, _, _ in runs)
+    header = msgspec.structs.replace(runs[0][1], start_unix=base)
+    return Merged(results=Results(environment=env, summary=summary, point=first.point), records=records, header=header)

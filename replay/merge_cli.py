@@ -1,0 +1,34 @@
+"""`slogate merge DIR... -o DIR`: combine the shard results of a distributed replay into one.
+
+Argument parsing and output only; the merge itself is replay.merge. User mistakes raise UsageError.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXAMPLES = """examples:
+  # three shards started at the same wall-clock time on three machines, then merged
+  slogate merge runs/shard0 runs/shard1 runs/shard2 -o runs/merged
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    from replay.cli import Parser
+
+    p = Parser(prog="slogate merge", description="Merge shard results (results.json + "
+                                "requests.jsonl.zst) of a distributed replay; percentiles are recomputed from "
+                                "the merged per-request records.", epilog=EXAMPLES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dirs", nargs="+", help="shard result directories")
+    p.add_argument("-o", "--out", required=True, help="output directory")
+    p.add_argument("--quiet", action="store_true", help="no console table")
+    ns = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    from replay.cli import write_outputs
+    from replay.merge import merge_dirs
+
+    merged = merge_dirs(ns.dirs)
+    write_outputs(merged, Path(ns.out), console=not ns.quiet)
+    return 0

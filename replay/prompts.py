@@ -1,0 +1,139 @@
+"""Prompt synthesis to an exact token count on the target's tokenizer, with production prefix sharing.
+
+A prompt is words, each one token on the target with its leading space (checked by `calibrate`;
+an anchor `Text:` goes first when a chat template would trim the leading space), so counts add up
+at any boundary. Hash block `h` always yields the same words for a
+seed, so equal ids give equal text and prefix caching behaves as in the trace. Never sees or
+stores real prompt text; calibration talks to the tokenizer only before a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import OrderedDict
+
+import msgspec
+
+from replay.tokenizers import TokenCounter
+from replay.workload import PlannedRequest
+
+ANCHOR = "Text:"
+WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "his", "her", "are", "be", "this", "which", "or", "an", "had", "not", "but", "have", "they", "you", "were", "their", "one", "all", "we", "can", "has", "there", "been", "if", "more", "when", "will", "would", "who", "so", "no", "out", "up", "into", "do", "time", "only", "new", "some", "could", "these", "two", "may", "first", "then", "any", "like", "other", "than", "its", "now", "my", "over", "such", "our", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must", "well", "back", "through", "years", "much", "where", "your", "way", "down", "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used", "take", "three", "home", "water", "room", "mother", "far", "air", "line", "area", "music", "book", "word", "end", "week", "ten", "girl", "city", "group", "game", "point", "hand", "part", "place", "case", "number", "night", "week", "fact", "eye", "job", "side", "head", "house", "service", "friend", "power", "hour", "end", "kind", "body", "face", "others", "level", "war", "car", "party", "form", "team", "rate", "door", "health", "art", "war", "law", "boy", "food", "road", "red", "blue", "green", "black", "white"]
+BLOCK_CACHE_SIZE = 8192  # hash blocks whose word lists are kept (a 512-token block is ~3 KB)
+
+
+class PromptPlan(msgspec.Struct):
+    """Everything a worker needs to build prompts (picklable, no network handle)."""
+
+    vocab: list[str]  # words that are exactly one token (with their leading space) on the target
+    base_tokens: int  # tokens the target adds around the words (BOS, anchor, chat template)
+    anchor: str = ""  # fixed text before the words ("Text:" when the bare words do not add up)
+    seed: int = 0
+    block_size: int = 512
+    tokenizer: str = "none"  # where the counts came from: "server:/tokenize", "file:…", "calibrated"
+    exact: bool = True  # additivity verified on the target's tokenizer
+
+
+class PromptBuilder:
+    """Builds the prompt text of a planned request (cached per hash block)."""
+
+    def __init__(self, plan: PromptPlan):
+        self.plan = plan
+        self._vocab = [" " + w for w in plan.vocab]
+        self._blocks: OrderedDict[int, list[str]] = OrderedDict()
+
+    def content_tokens(self, req: PlannedRequest) -> int:
+        return max(0 if self.plan.anchor or self.plan.base_tokens else 1, req.input_tokens - self.plan.base_tokens)
+
+    def block_words(self, h: int, n: int) -> list[str]:
+        """The first `n` words of hash block `h` (the same for every request and worker)."""
+        words = self._blocks.get(h)
+        if words is None or len(words) < n:
+            rng = random.Random(f"{self.plan.seed}:{h}")
+            words = rng.choices(self._vocab, k=max(n, self.plan.block_size))
+            self._blocks[h] = words
+            if len(self._blocks) > BLOCK_CACHE_SIZE:
+                self._blocks.popitem(last=False)
+        else:
+            self._blocks.move_to_end(h)
+        return words if n == len(words) else words[:n]
+
+    def words(self, req: PlannedRequest) -> list[str]:
+        n = self.content_tokens(req)
+        bs = req.block_size or self.plan.block_size
+        out: list[str] = []
+        for h in req.hash_ids or ():
+            if len(out) >= n:
+                break
+            out += self.block_words(h, min(bs, n - len(out)))
+        if len(out) < n:  # tokens past the shared blocks: unique to this request
+            rng = random.Random(f"{self.plan.seed}:u:{req.seed_key if req.seed_key is not None else req.index}")
+            out += rng.choices(self._vocab, k=n - len(out))
+        return out
+
+    def text(self, req: PlannedRequest) -> str:
+        return self.plan.anchor + "".join(self.words(req))
+
+
+async def select_vocab(counter: TokenCounter, candidates: list[str], base: int, anchor: str) -> list[str]:
+    """The candidates that are exactly one token each, found by bisection (few tokenizer calls)."""
+
+    async def check(group: list[str]) -> list[str]:
+        n = await counter.count(anchor + "".join(" " + w for w in group))
+        if n - base == len(group):
+            return group
+        if len(group) == 1:
+            return []
+        mid = len(group) // 2
+        left, right = await asyncio.gather(check(group[:mid]), check(group[mid:]))
+        return left + right
+
+    return await check(list(dict.fromkeys(candidates)))
+
+
+async def calibrate(counter: TokenCounter, *, chat: bool, seed: int, block_size: int,
+                    chat_counter: TokenCounter | None = None) -> PromptPlan:
+    """Find the one-token vocabulary and the constant overhead on the target, and verify additivity.
+
+    Overhead = count(anchor + n words) − n; it is measured at two lengths for the endpoint in use
+    (chat adds the template). Additivity is checked on a prompt built from two hash blocks. Bare
+    words are tried first; the `Text:` anchor only when they do not add up.
+    """
+    plan = None
+    for anchor in ("", ANCHOR):
+        plan = await _try(counter, anchor, chat=chat, seed=seed, block_size=block_size, chat_counter=chat_counter)
+        if plan.exact:
+            return plan
+    assert plan is not None
+    return plan
+
+
+async def _try(counter: TokenCounter, anchor: str, *, chat: bool, seed: int, block_size: int,
+               chat_counter: TokenCounter | None) -> PromptPlan:
+    base0 = await counter.count(anchor) if anchor else await counter.count("")
+    vocab = await select_vocab(counter, list(WORDS), base0, anchor)
+    if len(vocab) < 16:
+        vocab = list(WORDS)  # the target splits words oddly: build anyway, report drift
+    plan = PromptPlan(vocab=vocab, base_tokens=base0, anchor=anchor, seed=seed, block_size=block_size,
+                      tokenizer=counter.name)
+    probe = PromptBuilder(plan)
+    sample = PlannedRequest(t=0, input_tokens=base0 + block_size + block_size // 2 + 7, output_tokens=1,
+                            hash_ids=[1 << 62, (1 << 62) + 1])
+    exact = len(vocab) >= 16 and await counter.count(probe.text(sample)) == sample.input_tokens
+    if chat:
+        overhead = await _chat_overhead(chat_counter or counter, probe, block_size)
+        if overhead is not None:
+            plan.base_tokens, exact = overhead[0], exact and overhead[1]
+    plan.exact = exact
+    return plan
+
+
+async def _chat_overhead(counter: TokenCounter, probe: PromptBuilder, block_size: int) -> tuple[int, bool] | None:
+    """(template overhead, constant across lengths) for one user message."""
+    texts = [probe.plan.anchor + "".join(probe.block_words(1 << 61, k)) for k in (8, min(block_size, 200))]
+    counts = [await counter.count_chat(t) for t in texts]
+    if counts[0] is None or counts[1] is None:
+        return None
+    o1, o2 = counts[0] - 8, counts[1] - min(block_size, 200)
+    return o1, o1 == o2

@@ -1,0 +1,190 @@
+"""`slogate report`: gather what one or more run (or sweep) directories hold and write one
+self-contained HTML file (replay.outputs.html renders it, replay.report_plots draws the plots).
+
+Reads results.json, requests.jsonl.zst, metrics.jsonl and sweep.json; never fetches anything
+remote and never needs matplotlib (without it the report has every table and says how to get plots).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from replay import results as results_io
+from replay import sweep as sweep_io
+from replay.results import Results
+from traces.record import RequestRecord
+from traces.segments import TraceError
+
+PLOTS_HINT = "plots need matplotlib: pip install slogate[report]"
+MAX_TIMELINES = 6  # timelines drawn (one figure per run); more runs are listed, not drawn
+
+
+class ReportError(ValueError):
+    """A user mistake (missing directory, no results.json): names the path and the fix."""
+
+
+class RunData(msgspec.Struct):
+    """One run as the report sees it."""
+
+    name: str
+    path: str
+    results: Results
+    records: list[RequestRecord] = []  # from requests.jsonl.zst (empty when absent)
+    scraped: list[dict[str, float]] = []  # from metrics.jsonl: {"t": seconds, metric: value, …}
+    notes: list[str] = []  # what was missing or unreadable
+
+
+class SweepData(msgspec.Struct):
+    name: str
+    path: str
+    sweep: sweep_io.Sweep
+
+
+class ReportData(msgspec.Struct):
+    title: str
+    generated_unix: float
+    runs: list[RunData]
+    sweeps: list[SweepData] = []
+
+
+def collect(paths: Sequence[str | Path], *, with_records: bool = True) -> ReportData:
+    """Read every run directory (or results.json, or sweep directory) named on the command line."""
+    runs: list[RunData] = []
+    sweeps: list[SweepData] = []
+    names: list[str] = []  # what was named on the command line, for the title
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise ReportError(f"{p}: no such file or directory (give a run directory holding results.json, or a sweep directory)")
+        if p.is_dir() and (p / "sweep.json").is_file():
+            sweep = _load(sweep_io.load, p / "sweep.json", "sweep.json")
+            sweeps.append(SweepData(name=p.name, path=str(p), sweep=sweep))
+            names.append(f"sweep {p.name}")
+            for point in sweep.points:
+                runs.append(load_run(p / point.dir, name=f"{p.name} {sweep.mode}={point.x:g}", with_records=with_records))
+        else:
+            runs.append(load_run(p, with_records=with_records))
+            names.append(runs[-1].name)
+    if not runs:
+        raise ReportError("nothing to report: give at least one run directory")
+    _unique(runs)
+    return ReportData(title="slogate report: " + ", ".join(names), generated_unix=time.time(), runs=runs, sweeps=sweeps)
+
+
+def load_run(path: str | Path, *, name: str | None = None, with_records: bool = True) -> RunData:
+    p = Path(path)
+    directory = p if p.is_dir() else p.parent
+    results_file = p / "results.json" if p.is_dir() else p
+    if not results_file.is_file():
+        raise ReportError(f"{results_file}: missing (run `slogate replay … --out {directory}` first)")
+    results = _load(results_io.load, results_file, "results.json")
+    label = name or (directory.name if results_file.name == "results.json" else results_file.stem)
+    run = RunData(name=label, path=str(directory), results=results)
+    if with_records:
+        _read_records(run, directory / "requests.jsonl.zst")
+    _read_scraped(run, directory / "metrics.jsonl")
+    return run
+
+
+def _load(loader, path: Path, what: str):  # type: ignore[no-untyped-def]
+    try:
+        return loader(path)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ReportError(f"{path}: not a slogate {what} ({exc})") from None
+
+
+def _read_records(run: RunData, path: Path) -> None:
+    if not path.is_file():
+        run.notes.append(f"{path.name} not found: CDFs and timeline omitted for this run")
+        return
+    from traces.reader import read_trace
+
+    try:
+        run.records = read_trace(path).records
+    except TraceError as exc:
+        run.notes.append(f"{path.name} unreadable ({exc}): CDFs and timeline omitted")
+
+
+def _read_scraped(run: RunData, path: Path) -> None:
+    """metrics.jsonl: one JSON object per sample with a time (`t`, seconds from the run start) and
+    numeric values, either top-level or under `metrics`/`values`. Non-numeric fields are ignored."""
+    if not path.is_file():
+        return
+    samples: list[dict[str, float]] = []
+    for line in path.read_bytes().splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = msgspec.json.decode(line)
+        except msgspec.DecodeError:
+            continue
+        if isinstance(obj, dict):
+            sample = flatten_sample(obj)
+            if sample is not None:
+                samples.append(sample)
+    run.scraped = samples
+    if not samples:
+        run.notes.append("metrics.jsonl holds no usable samples")
+
+
+def flatten_sample(obj: dict[str, object]) -> dict[str, float] | None:
+    t = next((obj[k] for k in ("t", "time", "ts", "elapsed_s") if isinstance(obj.get(k), int | float)), None)
+    if t is None:
+        return None
+    out: dict[str, float] = {"t": float(t)}  # type: ignore[arg-type]
+    for key, value in obj.items():
+        if key in ("t", "time", "ts", "elapsed_s"):
+            continue
+        if isinstance(value, dict):
+            for k2, v2 in value.items():
+                if isinstance(v2, int | float) and not isinstance(v2, bool):
+                    out[str(k2)] = float(v2)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = float(value)
+    return out
+
+
+def _unique(runs: list[RunData]) -> None:
+    seen: dict[str, int] = {}
+    for run in runs:
+        n = seen.get(run.name, 0)
+        seen[run.name] = n + 1
+        if n:
+            run.name = f"{run.name}#{n + 1}"
+
+
+def plots_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def build_html(data: ReportData, *, plots: bool = True) -> str:
+    """The whole report as one HTML string. `plots=False` (or no matplotlib) gives tables only."""
+    from replay.outputs import html
+
+    images: dict[str, str | None] = {}
+    note: str | None = None
+    if plots and plots_available():
+        from replay import report_plots
+
+        images = report_plots.draw_all(data, max_timelines=MAX_TIMELINES)
+    elif plots:
+        note = PLOTS_HINT
+    else:
+        note = "plots disabled (--no-plots)"
+    return html.render(data, images, plots_note=note)
+
+
+def write_report(paths: Sequence[str | Path], out: str | Path, *, plots: bool = True) -> Path:
+    data = collect(paths)
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(build_html(data, plots=plots), encoding="utf-8")
+    return target

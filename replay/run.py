@@ -1,0 +1,289 @@
+"""One replay run: target → calibration → paced sending (in-process or worker processes) → Results.
+
+`run_replay(workload, options)` orchestrates; sending happens in `replay.worker`, prompt text in
+`replay.prompts`, numbers in `replay.results`/`replay.measure`. Never writes files except the
+scrape series (outputs are `replay.outputs`); never records the API key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import time
+from pathlib import Path
+
+import aiohttp
+import msgspec
+
+from replay import finish, measure
+from replay.client import ClientConfig
+from replay.forcing import Forcing, choose
+from replay.prompts import WORDS, PromptPlan, calibrate
+from replay.results import Environment, Results
+from replay.target import Probe, parse_target, probe, start_sim
+from replay.tokenizers import FileTokenizer, UsageCounter, probe_server_tokenizer
+from replay.worker import Item, WorkerSpec, run_share
+from replay.workload import Workload, mean_rate, split_for_workers
+from traces import __version__
+from traces.cli import UsageError
+from traces.record import RequestRecord, TraceHeader
+from traces.slo import Slo
+
+RATE_PER_WORKER = 500.0  # requests/s one sender process is given above the single-process range
+SINGLE_WORKER_MAX_RPS = 200.0
+TOKENS_PER_WORKER = 6000.0  # streamed output tokens/s one sender process parses while holding ~1 ms lag
+
+
+class ReplayOptions(msgspec.Struct, kw_only=True):
+    target: str
+    model: str | None = None
+    endpoint: str = "chat"  # chat | completions
+    stream: bool = True
+    headers: dict[str, str] = {}
+    api_key: str | None = None  # sent as a bearer token; never written anywhere
+    timeout_s: float = 600.0
+    retries: int = 0
+    retry_backoff_s: float = 0.5
+    force_output: str = "auto"
+    tokenizer: str | None = None  # None = auto (server /tokenize, else calibrate), "calibrate", "none", FILE
+    workers: int | None = None  # None = auto
+    virtual: bool = False
+    slos: list[Slo] = []
+    cost_per_hour: float | None = None
+    lag_bound_s: float = measure.LAG_BOUND_S
+    seed: int = 0
+    labels: dict[str, str] = {}
+    scrape_interval_s: float | None = None
+    out_dir: str | None = None  # where metrics.jsonl goes when scraping
+    start_at: float | None = None  # shared wall-clock start (distributed replay)
+    shard: str | None = None
+    progress: bool = False
+    command: list[str] = []
+    trace: str | None = None
+    trace_digest: str | None = None
+    keep_chunk_times: bool = True
+
+
+class RunOutput(msgspec.Struct):
+    results: Results
+    records: list[RequestRecord]  # measured requests (warmup excluded), in intended-time order
+    header: TraceHeader
+    client_cpu_s: float = 0.0
+    sim_stats: dict[str, float] | None = None
+
+
+def endpoint_path(name: str) -> str:
+    if name in ("chat", "/v1/chat/completions"):
+        return "/v1/chat/completions"
+    if name in ("completions", "/v1/completions"):
+        return "/v1/completions"
+    raise UsageError(f"bad --endpoint {name!r}: use chat or completions")
+
+
+def auto_workers(workload: Workload) -> int:
+    if workload.concurrency:
+        return 1 if workload.concurrency <= 512 else min(os.cpu_count() or 1, math.ceil(workload.concurrency / 512))
+    rate = mean_rate(workload.requests) or 0.0
+    reqs = workload.requests
+    tokens_rate = rate * sum(r.output_tokens for r in reqs) / len(reqs) if reqs else 0.0
+    by_rate = 1 if rate < SINGLE_WORKER_MAX_RPS else math.ceil(rate / RATE_PER_WORKER)
+    by_tokens = math.ceil(tokens_rate / TOKENS_PER_WORKER) if tokens_rate > TOKENS_PER_WORKER else 1
+    return max(1, min(os.cpu_count() or 1, max(by_rate, by_tokens)))
+
+
+def replay(workload: Workload, options: ReplayOptions) -> RunOutput:
+    """Synchronous entry point (uvloop when available)."""
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        return uvloop.run(run_replay(workload, options))
+    return asyncio.run(run_replay(workload, options))
+
+
+async def run_replay(workload: Workload, options: ReplayOptions) -> RunOutput:
+    """Run `workload` against `options.target` and summarize it (records + Results)."""
+    if not workload.requests:
+        raise UsageError("the workload is empty: check --window/--sample/--max-requests/--duration")
+    path = endpoint_path(options.endpoint)
+    if "," in options.target and not options.target.startswith("sim:"):
+        urls = [parse_target(t.strip()).url for t in options.target.split(",") if t.strip()]
+        return await _run_http(workload, options, urls[0], path, started=False, replicas=[u for u in urls if u])
+    spec = parse_target(options.target)
+    if options.virtual:
+        if spec.sim is None:
+            raise UsageError("--virtual needs a simulated target: --target sim:GPU/MODEL")
+        from replay.virtual import run_virtual
+
+        t_wall = time.time()
+        items, stats = run_virtual(workload, spec.sim, endpoint=path, model=options.model or spec.sim.get("model"))
+        env = _environment(options, workload, Probe(models=[spec.sim.get("model", "")], kind="slogate-sim"),
+                           Forcing("exact (virtual)"), "virtual", t_wall, workers=0)
+        env.clock = "virtual"
+        return _output(items, workload, options, env, cpu=0.0, sim_stats=stats)
+    if spec.sim is not None:
+        with start_sim(spec.sim) as url:
+            return await _run_http(workload, options, url, path, started=True)
+    assert spec.url is not None
+    return await _run_http(workload, options, spec.url, path, started=False)
+
+
+async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: str, *, started: bool,
+                    replicas: list[str] | None = None) -> RunOutput:
+    """HTTP run; with several `replicas` (comma-separated --target) worker i sends to replica i mod n."""
+    headers = dict(options.headers)
+    if options.api_key:
+        headers["Authorization"] = f"Bearer {options.api_key}"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        info = await probe(session, url, headers, wait_s=15.0 if started else 0.0)
+        model = options.model or (info.models[0] if info.models else None)
+        if options.model and info.models and options.model not in info.models:
+            raise UsageError(f"model {options.model!r} is not served by {url} (it serves {', '.join(info.models)}); fix --model")
+        plan = await _prompt_plan(session, url, model, headers, options, workload, chat=path.endswith("chat/completions"))
+    forcing = choose(options.force_output, info.kind)
+    workers = options.workers or auto_workers(workload)
+    client = ClientConfig(base_url=url, model=model, endpoint=path, stream=options.stream, headers=headers,
+                          timeout_s=options.timeout_s, retries=options.retries,
+                          retry_backoff_s=options.retry_backoff_s, keep_chunk_times=options.keep_chunk_times)
+    wspec = WorkerSpec(client=client, plan=plan, forcing=forcing, duration_s=workload.duration_s)
+    items: list[Item] = []
+    progress = None
+    if options.progress:
+        from replay.progress import Progress
+
+        progress = Progress(len(workload.requests), [r.t for r in workload.requests], options.slos[0] if options.slos else None)
+
+    def on_items(batch: list[Item]) -> None:
+        items.extend(batch)
+        if progress is not None:
+            progress.add([it[3] for it in batch])
+
+    def start_at() -> float:
+        if options.start_at is None:
+            return time.perf_counter() + 0.05
+        from replay.pacer import start_from_wall_clock
+
+        start = start_from_wall_clock(options.start_at)
+        if start < time.perf_counter() - 1.0:
+            raise UsageError(f"--start-at {options.start_at:.0f} is in the past: give a UNIX time a few seconds "
+                             "ahead, e.g. $(( $(date +%s) + 30 ))")
+        return start
+
+    t_wall_now, t_mono_now = time.time(), time.perf_counter()
+    side: list[asyncio.Task] = []
+    side_session = aiohttp.ClientSession()
+    cpu0 = time.process_time()
+
+    def start_side(start: float) -> None:
+        if options.scrape_interval_s and options.out_dir:
+            from replay.scrape import scrape
+
+            Path(options.out_dir).mkdir(parents=True, exist_ok=True)
+            side.append(asyncio.create_task(scrape(side_session, url, headers, interval_s=options.scrape_interval_s,
+                                                   start=start, path=Path(options.out_dir) / "metrics.jsonl")))
+        if progress is not None:
+            side.append(asyncio.create_task(progress.run(start)))
+
+    try:
+        if workers == 1 and progress is None and not (replicas and len(replicas) > 1):
+            start = start_at()
+            start_side(start)
+            wspec.concurrency = workload.concurrency
+            await run_share(wspec, workload.requests, start, on_items)
+            cpu = time.process_time() - cpu0
+        else:
+            from replay.pool import run_pool
+
+            shares, wspecs = _shares(workload, workers, wspec)
+            if replicas and len(replicas) > 1:
+                wspecs = [msgspec.structs.replace(ws, client=msgspec.structs.replace(ws.client, base_url=replicas[i % len(replicas)]))
+                          for i, ws in enumerate(wspecs)]
+            def start_and_side() -> float:
+                s = start_at()
+                start_side(s)
+                return s
+
+            start, cpu = await run_pool(wspecs, shares, start_and_side, on_items)
+    finally:
+        for task in side:
+            task.cancel()
+        for task in side:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await side_session.close()
+    start_wall = t_wall_now + (start - t_mono_now)
+    env = _environment(options, workload, info, forcing, plan.tokenizer + ("" if plan.exact else " (inexact)"),
+                       start_wall, workers=workers)
+    env.models = info.models
+    return _output(items, workload, options, env, cpu=cpu)
+
+
+def _shares(workload: Workload, workers: int, wspec: WorkerSpec) -> tuple[list, list[WorkerSpec]]:
+    """Round-robin schedule split; a closed loop's C is split as evenly as possible."""
+    shares = split_for_workers(workload.requests, workers)
+    if not workload.concurrency:
+        return shares, [wspec] * workers
+    c = workload.concurrency
+    specs = [msgspec.structs.replace(wspec, concurrency=c // workers + (i < c % workers)) for i in range(workers)]
+    keep = [i for i, s in enumerate(specs) if s.concurrency]
+    return [shares[i] for i in keep], [specs[i] for i in keep]
+
+
+async def _prompt_plan(session: aiohttp.ClientSession, url: str, model: str | None, headers: dict[str, str],
+                       options: ReplayOptions, workload: Workload, *, chat: bool) -> PromptPlan:
+    choice = options.tokenizer
+    usage = UsageCounter(session, url, model, headers)
+    if choice == "none":
+        return PromptPlan(vocab=list(WORDS), base_tokens=0, seed=options.seed, block_size=workload.block_size,
+                          tokenizer="none", exact=False)
+    if choice in (None, "server", "auto"):
+        counter = await probe_server_tokenizer(session, url, model, headers)
+        if counter is None and choice == "server":
+            raise UsageError(f"{url} has no /tokenize endpoint: use --tokenizer calibrate or --tokenizer FILE")
+        counter = counter or usage
+    elif choice == "calibrate":
+        counter = usage
+    else:
+        if not os.path.exists(choice):
+            raise UsageError(f"no such tokenizer file: {choice} (or use --tokenizer server|calibrate|none)")
+        counter = FileTokenizer(choice)
+    try:
+        return await calibrate(counter, chat=chat, seed=options.seed, block_size=workload.block_size, chat_counter=None
+                               if isinstance(counter, UsageCounter) else _ChatFallback(counter, usage))
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise UsageError(f"prompt calibration against {url} failed: {exc}") from None
+
+
+class _ChatFallback:
+    """Chat overhead from the counter when it knows templates, else from usage.prompt_tokens."""
+
+    def __init__(self, counter, usage: UsageCounter):
+        self.counter, self.usage, self.name = counter, usage, counter.name
+
+    async def count(self, text: str) -> int:
+        return await self.counter.count(text)
+
+    async def count_chat(self, text: str) -> int | None:
+        n = await self.counter.count_chat(text)
+        return n if n is not None else await self.usage.count_chat(text)
+
+
+def _environment(options: ReplayOptions, workload: Workload, info: Probe, forcing: Forcing, tokenizer: str,
+                 start_wall: float, *, workers: int) -> Environment:
+    return Environment(
+        target=options.target, models=info.models, server_version=info.server_version, labels=dict(options.labels),
+        trace=options.trace, trace_digest=options.trace_digest, seed=options.seed, command=finish.redact(options.command),
+        slogate_version=__version__, start_unix=start_wall, endpoint=endpoint_path(options.endpoint),
+        stream=options.stream, output_forcing=forcing.mode, tokenizer=tokenizer,
+        slo={s.name: s.spec() for s in options.slos}, shard=options.shard, server_kind=info.kind,
+        workload=[workload.source, *workload.description], request_timeout_s=options.timeout_s,
+        retries=options.retries, workers=workers,
+    )
+
+
+def _output(items: list[Item], workload: Workload, options: ReplayOptions, env: Environment, *, cpu: float,
+            sim_stats: dict[str, float] | None = None) -> RunOutput:
+    results, records, header = finish.collect(items, workload, env, slos=options.slos, cost_per_hour=options.cost_per_hour,
+                                              lag_bound_s=options.lag_bound_s)
+    return RunOutput(results=results, records=records, header=header, client_cpu_s=cpu, sim_stats=sim_stats)

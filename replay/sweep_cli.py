@@ -1,0 +1,181 @@
+"""`slogate sweep TRACE --target … --speeds 0.5,1,2,4 --out DIR`: one `slogate replay` run per point
+(`--speeds`, `--rates` or `--concurrency`), then DIR/sweep.json with the curve, the knee and the
+largest load meeting the SLO attainment target (optionally refined by bisection), and a table.
+
+Every option it does not know is passed unchanged to `slogate replay` (TRACE, --target, --model,
+--slo, --virtual, …). Never measures anything itself: each point is a whole replay run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from replay import results as results_io
+from replay import sweep as sweep_io
+from replay.sweep import Sweep, SweepPoint, analyze, next_refine_x, point_dir_name, point_from_results
+from traces.cli import UsageError
+from traces.slo import SloError, parse_slo
+
+Runner = Callable[[list[str]], int]  # `slogate replay` argv → exit status
+MODES = (("speeds", "speed", "--speed"), ("rates", "rate", "--rate"), ("concurrency", "concurrency", "--concurrency"))
+RESERVED = ("--speed", "--rate", "--concurrency", "--out")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="slogate sweep",
+        usage="slogate sweep TRACE --target URL (--speeds X,… | --rates R,… | --concurrency C,…) --out DIR "
+        "[--attainment 0.9] [--refine N] [any slogate replay option …]",
+        description="Run one replay per load point and find the knee and the largest load meeting the SLO.",
+        epilog="example:\n  slogate sweep prod.jsonl.zst --target http://gpu-box:8000 --model llama-3-8b \\\n"
+        "      --slo ttft=0.5,tpot=50ms --speeds 0.5,1,2,4,8 --refine 2 --out sweeps/h100\n"
+        "  slogate report sweeps/h100 -o sweep.html\n\n" + sweep_io.KNEE_RULE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # `--rate 5` / `--speed 2` must not be read as --rates / --speeds
+    )
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--speeds", metavar="X,…", help="speed factors (time compression of the trace)")
+    group.add_argument("--rates", metavar="R,…", help="mean request rates (req/s)")
+    group.add_argument("--concurrency", metavar="C,…", help="closed-loop concurrency levels")
+    p.add_argument("--out", required=True, metavar="DIR", help="sweep directory (point-<x>/ per point, sweep.json)")
+    p.add_argument("--attainment", type=float, default=0.9, help="SLO attainment target (default 0.9)")
+    p.add_argument("--refine", type=int, default=0, metavar="N", help="extra runs bisecting the attainment boundary")
+    p.add_argument("--replay-output", action="store_true", help="show each replay's own output (default: point-<x>/replay.log)")
+    return p
+
+
+def parse_points(text: str, flag: str, *, integer: bool = False) -> list[float]:
+    try:
+        values = sorted({float(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise UsageError(f"bad --{flag} {text!r}: expected comma-separated numbers, e.g. 0.5,1,2,4") from None
+    if not values or any(v <= 0 for v in values):
+        raise UsageError(f"bad --{flag} {text!r}: give one or more positive numbers, e.g. 0.5,1,2,4")
+    if integer and any(v != int(v) for v in values):
+        raise UsageError(f"bad --{flag} {text!r}: concurrency levels are whole numbers, e.g. 1,4,16,64")
+    return values
+
+
+def main(argv: Sequence[str] | None = None, *, runner: Runner | None = None) -> int:
+    args, replay_args = build_parser().parse_known_args(list(argv) if argv is not None else None)
+    for arg in replay_args:
+        if arg.split("=", 1)[0] in RESERVED:
+            raise UsageError(f"{arg.split('=', 1)[0]} is set by the sweep itself; use --speeds/--rates/--concurrency and --out")
+    if not replay_args:
+        raise UsageError("give the trace and the replay options, e.g. slogate sweep TRACE --target URL --speeds 1,2,4 --out DIR")
+    if not 0 < args.attainment <= 1:
+        raise UsageError(f"bad --attainment {args.attainment}: a fraction in (0, 1], e.g. 0.9")
+    if args.refine < 0:
+        raise UsageError(f"bad --refine {args.refine}: a number of extra runs ≥ 0")
+    opt, mode, flag = next(m for m in MODES if getattr(args, m[0]) is not None)
+    xs = parse_points(getattr(args, opt), opt, integer=mode == "concurrency")
+    sweep = run_sweep(replay_args, mode=mode, flag=flag, xs=xs, out=Path(args.out), attainment=args.attainment,
+                      refine=args.refine, runner=runner or _replay_runner(), verbose=args.replay_output,
+                      command=["slogate", "sweep", *(argv if argv is not None else sys.argv[1:])])
+    print_table(sweep, Path(args.out))
+    return 0
+
+
+def _replay_runner() -> Runner:
+    try:
+        from replay.cli import main as replay_main
+    except ImportError as exc:
+        raise UsageError(f"the replay engine is not available in this install ({exc})") from None
+    return replay_main
+
+
+def run_sweep(replay_args: Sequence[str], *, mode: str, flag: str, xs: Sequence[float], out: Path, attainment: float,
+              refine: int, runner: Runner, verbose: bool = False, command: Sequence[str] = ()) -> Sweep:
+    """Run every point (then `refine` bisection points), writing out/point-<x>/ and out/sweep.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    sweep = Sweep(mode=mode, attainment_target=attainment, command=list(command))
+    for x in xs:
+        sweep.points.append(run_point(replay_args, flag, x, out, runner, verbose=verbose))
+        _save(sweep, out)
+    for _ in range(refine):
+        x = next_refine_x(sweep.points, attainment)
+        if x is None or any(abs(p.x - x) < 1e-9 for p in sweep.points):
+            break
+        if mode == "concurrency":
+            x = float(round(x))
+            if any(p.x == x for p in sweep.points):
+                break
+        sweep.points.append(run_point(replay_args, flag, x, out, runner, verbose=verbose, refined=True))
+        _save(sweep, out)
+    return _save(sweep, out)
+
+
+def run_point(replay_args: Sequence[str], flag: str, x: float, out: Path, runner: Runner, *,
+              verbose: bool = False, refined: bool = False) -> SweepPoint:
+    name = point_dir_name(x)
+    directory = out / name
+    directory.mkdir(parents=True, exist_ok=True)
+    value = str(int(x)) if flag == "--concurrency" else f"{x:g}"
+    argv = [*replay_args, flag, value, "--out", str(directory)]
+    print(f"sweep: {flag[2:]}={value} → {directory}", flush=True)
+    with open(directory / "replay.log", "w") as log, _quiet(log, verbose):
+        status = runner(argv)
+    results_file = directory / "results.json"
+    if not results_file.is_file():
+        raise UsageError(f"the replay at {flag[2:]}={value} wrote no results.json (exit {status}); see {directory / 'replay.log'}")
+    point = point_from_results(x, name, results_io.load(results_file), refined=refined)
+    att = "–" if point.slo_attainment is None else f"{point.slo_attainment:.1%}"
+    print(f"sweep: {flag[2:]}={value}: {point.request_rate_rps:.3g} req/s, {point.output_tokens_per_s:.4g} tok/s, "
+          f"attainment {att}" + (" (degraded)" if point.degraded else ""), flush=True)
+    return point
+
+
+@contextlib.contextmanager
+def _quiet(log, verbose: bool):  # type: ignore[no-untyped-def]
+    if verbose:
+        yield
+        return
+    with contextlib.redirect_stdout(log):
+        yield
+
+
+def _save(sweep: Sweep, out: Path) -> Sweep:
+    analyze(sweep)
+    _slo_from_points(sweep, out)
+    sweep_io.dump(sweep, out / "sweep.json")
+    return sweep
+
+
+def _slo_from_points(sweep: Sweep, out: Path) -> None:
+    """The SLO attainment was measured with (from the first point's results), for the report's line."""
+    if sweep.slo is not None or not sweep.points:
+        return
+    res = results_io.load(out / sweep.points[0].dir / "results.json")
+    name = res.summary.slo
+    spec = res.environment.slo.get(name) if name else None
+    if spec:
+        sweep.slo = spec
+        with contextlib.suppress(SloError):
+            sweep.slo_ttft_s = parse_slo(spec).ttft
+
+
+def print_table(sweep: Sweep, out: Path) -> None:
+    header = [sweep.mode, "req/s", "out tok/s", "goodput/s", "attain", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", ""]
+    rows = [header]
+    for p in sweep.points:
+        mark = ", ".join(m for m, on in (("knee", p.x == sweep.knee), ("max≥target", p.x == sweep.max_x_meeting_slo),
+                                          ("refined", p.refined), ("degraded", p.degraded)) if on)
+        rows.append([f"{p.x:g}", f"{p.request_rate_rps:.3g}", f"{p.output_tokens_per_s:.4g}", f"{p.goodput_rps:.3g}",
+                     "–" if p.slo_attainment is None else f"{p.slo_attainment:.1%}",
+                     *(_ms(v) for v in (p.ttft_p50_s, p.ttft_p99_s, p.tpot_p50_s, p.tpot_p99_s)), mark])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    knee = f"{sweep.mode} {sweep.knee:g}" if sweep.knee is not None else "not reached in this range"
+    best = f"{sweep.mode} {sweep.max_x_meeting_slo:g}" if sweep.max_x_meeting_slo is not None else "none"
+    print(f"knee: {knee}   (latencies in ms; {sweep_io.KNEE_RULE})")
+    print(f"largest {sweep.mode} with SLO attainment ≥ {sweep.attainment_target:.0%}: {best}   SLO: {sweep.slo or 'none'}")
+    print(f"wrote {out / 'sweep.json'}  (slogate report {out} -o sweep.html)")
+
+
+def _ms(v: float | None) -> str:
+    return "–" if v is None else f"{v * 1e3:.4g}"

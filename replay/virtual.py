@@ -1,0 +1,44 @@
+"""`--virtual`: run a workload through the simulator's virtual-time API (no HTTP, no sleeping).
+
+Planned requests become `SimRequest`s with their exact lengths and prefix ids; results become the
+same `RequestRecord`s an HTTP replay produces (lag 0, chunk times from token emission times).
+Never touches the network or the wall clock beyond timing itself.
+"""
+
+from __future__ import annotations
+
+from replay.worker import Item
+from replay.workload import Workload
+
+
+def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, model: str | None
+                ) -> tuple[list[Item], dict[str, float]]:
+    """Simulate the workload; returns (items, engine stats)."""
+    from replay.sim.engine import SimRequest, closed_loop, run_virtual
+    from replay.target import sim_config
+
+    config = sim_config(sim_opts)
+    reqs = [
+        SimRequest(arrival=p.t, prompt_tokens=p.input_tokens, output_tokens=p.output_tokens, hash_ids=p.hash_ids,
+                   hash_block_tokens=p.block_size or workload.block_size, id=p.index)
+        for p in workload.requests
+    ]
+    if workload.concurrency:
+        run = closed_loop(reqs, workload.concurrency, config)
+    else:
+        run = run_virtual(reqs, config)
+    items: list[Item] = []
+    for plan, res in zip(workload.requests, run.results, strict=True):
+        rec = res.to_record(endpoint=endpoint, model=model)
+        rec.t = res.arrival
+        rec.lag = 0.0
+        rec.max_tokens = plan.output_tokens
+        rec.hash_ids = plan.hash_ids
+        rec.session = plan.session
+        if res.token_times:
+            rec.chunk_times = [round(x - res.arrival, 9) for x in res.token_times]
+        items.append((plan.index, plan.input_tokens, plan.warmup, rec))
+    s = run.stats
+    stats = {"preemptions": s.preemptions, "prefix_queries_tokens": s.prefix_queries_tokens,
+             "prefix_hits_tokens": s.prefix_hits_tokens, "wall_s": s.wall_s, "kv_blocks": s.kv_blocks}
+    return items, stats

@@ -1,0 +1,123 @@
+"""`slogate report`: one self-contained HTML file from real runs (one over HTTP with scraped metrics,
+one in virtual time) and a real sweep, opened in headless Chromium: every section present, no
+console errors, no remote assets, a screenshot taken; and the tables-only fallback without matplotlib."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from replay import report
+from replay.sweep import load as load_sweep
+from tests.replay.test_compare_runs import capacity_rps, make_trace, replay, replay_args
+from traces.cli import main as slogate
+
+SECTIONS = ("environment", "summary", "cdf", "timeline", "sweep")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make apt)")
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("report")
+    trace = make_trace(d / "trace.jsonl.zst", rate=20, seconds=2)
+    http = replay(trace, d / "http", virtual=False, extra=["--scrape-metrics", "0.2", "--label", "gpu=H100"])
+    virtual = replay(trace, d / "virtual", extra=["--label", "gpu=sim"])
+    sweep_trace = make_trace(d / "sweep-trace.jsonl.zst", rate=20, seconds=5)
+    rates = ",".join(str(round(capacity_rps() * f)) for f in (0.5, 0.9, 1.5))  # below, near, above capacity
+    status = slogate(["sweep", *replay_args(sweep_trace), "--rates", rates, "--out", str(d / "sweep")])
+    assert status == 0
+    return {"http": http, "virtual": virtual, "sweep": d / "sweep", "root": d}
+
+
+def chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={tmp / 'chromium-profile'}", "--enable-logging=stderr", "--v=0", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def console_errors(stderr: str) -> list[str]:
+    """Console messages (JS errors, failed loads) Chromium logs with --enable-logging=stderr."""
+    return [line for line in stderr.splitlines()
+            if "CONSOLE" in line or "Uncaught" in line or "net::ERR_" in line or "Failed to load resource" in line]
+
+
+def assert_self_contained(html: str) -> None:
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html), "remote asset referenced"
+    assert "url(http" not in html and "@import" not in html and "<script" not in html
+
+
+@needs_chromium
+def test_report_opens_in_chromium_with_every_section(dirs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    assert slogate(["report", str(dirs["http"]), str(dirs["virtual"]), str(dirs["sweep"]), "-o", str(out)]) == 0
+    html = out.read_text()
+    assert_self_contained(html)
+    assert html.count('<img src="data:image/png;base64,') >= 4  # CDFs, 2+ timelines, sweep curve
+    assert "target metrics (scraped" in html or "scraped" in html  # the HTTP run's metrics.jsonl
+
+    dom = chromium("--dump-dom", out.as_uri(), tmp=tmp_path)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    for sid in SECTIONS:
+        assert re.search(rf'<section id="{sid}"><h2>[^<]+</h2><p class="how">How to read this:', dom.stdout), sid
+    assert not console_errors(dom.stderr), console_errors(dom.stderr)
+
+    shot = tmp_path / "report.png"
+    res = chromium(f"--screenshot={shot}", "--window-size=1280,4000", out.as_uri(), tmp=tmp_path)
+    assert res.returncode == 0 and shot.stat().st_size > 50_000, res.stderr[-2000:]
+    assert not console_errors(res.stderr), console_errors(res.stderr)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Keep the latest screenshot where a person can look at it.
+    shutil.copy(shot, dirs["root"].parent / "slogate-report-screenshot.png")
+
+
+@needs_chromium
+def test_console_error_detection_works(tmp_path: Path) -> None:
+    """The check above would see a script error: Chromium logs console messages as CONSOLE lines."""
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><body><script>undefinedFunction();</script></body></html>")
+    res = chromium("--dump-dom", bad.as_uri(), tmp=tmp_path)
+    assert any("undefinedFunction" in line for line in console_errors(res.stderr)), res.stderr[-2000:]
+
+
+def test_report_content_matches_the_runs(dirs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    assert slogate(["report", str(dirs["sweep"]), "-o", str(out), "--no-plots"]) == 0
+    html = out.read_text()
+    sweep = load_sweep(dirs["sweep"])
+    assert sweep.knee is not None
+    assert f"<b>knee:</b> rate {sweep.knee:g}" in html
+    assert "★ knee" in html
+    for p in sweep.points:
+        assert f"sweep rate={p.x:g}" in html  # one summary column per point
+    assert "gpu=sim" not in html  # only the sweep was given
+
+
+def test_tables_only_without_matplotlib(dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(report, "plots_available", lambda: False)
+    out = tmp_path / "plain.html"
+    assert slogate(["report", str(dirs["virtual"]), str(dirs["http"]), "-o", str(out)]) == 0
+    assert "pip install slogate[report]" in capsys.readouterr().out
+    html = out.read_text()
+    assert "<img" not in html
+    assert "plots need matplotlib: pip install slogate[report]" in html
+    for sid in SECTIONS:
+        assert f'<section id="{sid}">' in html
+    assert "gpu=H100" in html and "gpu=sim" in html  # environment table, both runs
+    assert "ttft_s.p99" in html and "goodput_rps" in html  # summary table
+    assert_self_contained(html)
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert slogate(["report", str(tmp_path / "missing"), "-o", str(tmp_path / "x.html")]) == 2
+    err = capsys.readouterr().err
+    assert "missing: no such file or directory" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "empty").mkdir()
+    assert slogate(["report", str(tmp_path / "empty"), "-o", str(tmp_path / "x.html")]) == 2
+    assert "results.json: missing" in capsys.readouterr().err
