@@ -1,8 +1,6 @@
-"""`slogate demo`: the whole loop in about two minutes, no GPU and no prompts: simulated production
-behind the gateway, live replay of a bundled real trace, capture, what-if replays, comparison, report.
-
-Orchestration only: the steps are slogate's own subcommands (replay.demo_procs starts them,
-replay.demo_steps calls them in-process); every process it starts is stopped on exit, Ctrl-C or SIGTERM.
+"""`slogate demo`: simulated production behind the gateway, a bundled real trace replayed through it and
+captured, what-if replays of the capture, comparison and report. Orchestration only (the steps are
+slogate's own subcommands); every process it starts is stopped on exit, Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ DRAIN_S = 90.0  # how long the live replay may run past its schedule (streams st
 READY_S = 30.0
 
 DESCRIPTION = """\
-The whole slogate loop on your machine, no GPU needed (about 2 minutes with the defaults):
+The whole slogate loop on your machine, no GPU needed (about 1½ minutes with the defaults):
 
   1. start a simulated "production" server (slogate sim, --gpu-baseline, default a100-80g running
      llama-3-8b) and slogate gateway in front of it, with an SLO (--slo) and trace capture on;
@@ -86,7 +84,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", default="60s", help="step 2: how long to replay through the gateway, wall clock "
                    "(default 60s; 30, 45s, 2m)")
     p.add_argument("--speed", type=float, default=1.5, help="step 2: time compression of the trace (default 1.5: "
-                   "the simulated A100 then runs near capacity, so the SLO is met for only part of the requests)")
+                   "it pushes the simulated A100 past its capacity halfway through, so the SLO is met for only part "
+                   "of the requests)")
     p.add_argument("--out", help="output folder (default ./demo-out/YYYYmmdd-HHMMSS)")
     p.add_argument("--trace", help="step 2: the trace to replay (default: the bundled azure_conv_10min.csv; "
                    "any format slogate replay reads)")
@@ -170,23 +169,23 @@ def run(opts: DemoOptions, display: Display) -> None:
         final = watch_replay(replay_child, children.started[:2], gateway_url, title=title, duration_s=opts.duration_s,
                              drain_s=DRAIN_S, slo_name=opts.slo_name, every_s=opts.status_every_s, display=display)
         if final is not None:
-            display.say(f"  gateway, whole run: {status_line(final, opts.slo_name, window='5m')}")
+            display.say(f"  [all] {status_line(final, opts.slo_name, window='5m')}  (the whole run)")
         for child in reversed(children.started):  # the gateway flushes and closes its trace segment on SIGTERM
             children.stop(child)
     n_captured = captured_requests(capture)
     display.say(f"  captured {n_captured} requests in {capture} (lengths, timings, prefix hashes; no text)")
 
     setups = [(opts.baseline, "baseline"), *((c, "candidate") for c in opts.candidates)]
-    names = ", ".join(s.target + (" (baseline)" if role == "baseline" else "") for s, role in setups)
+    names = ", ".join(s.name + (" (baseline)" if role == "baseline" else "") for s, role in setups)
     runs: list[tuple[str, Path]] = []
-    with display.task(f"step 3/4  replaying the capture in virtual time: {names}", total=len(setups)) as update:
+    with display.task(f"step 3/4  replaying the capture in virtual time against {names}", total=len(setups)) as update:
         for i, (setup, role) in enumerate(setups):
-            update(i, setup.name)
+            update(i, setup.target)
             runs.append((setup.name, virtual_replay(capture, setup, opts.out / setup.name, slo=opts.slo,
                                                     seed=opts.seed, role=role)))
         update(len(setups), "")
 
-    with display.task("step 4/4  comparing and writing report.html") as update:
+    with display.task("step 4/4  comparing the runs and writing report.html"):
         sides, plain = comparison(runs, capture, opts.slo)
         (opts.out / "comparison.txt").write_text(plain, encoding="utf-8")
         report, plots = write_report([p for _, p in runs] + [live_dir], opts.out / "report.html")
@@ -206,8 +205,8 @@ def start_servers(opts: DemoOptions, children: Children, salt: Path, capture: Pa
     while gateway_port == sim_port:
         gateway_port = free_port()
     sim_url, gateway_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gateway_port}"
-    display.say(f"step 1/4  starting slogate sim ({opts.baseline.target}) on {sim_url} and slogate gateway on "
-                f"{gateway_url} (SLO {opts.slo}, capture to {capture})")
+    display.say(f"step 1/4  starting slogate sim ({opts.baseline.target}) on {sim_url}")
+    display.say(f"          and slogate gateway on {gateway_url} (SLO {opts.slo}, capture on)")
     sim = children.start("sim", ["sim", *sim_args(opts.baseline.opts), "--port", str(sim_port),
                                  "--seed", str(opts.seed)])
     gateway = children.start("gateway", [

@@ -43,22 +43,23 @@ class Display:
         print(text, flush=True)
 
     @contextlib.contextmanager
-    def task(self, description: str, total: float | None = None) -> Iterator[Callable[[float, str], None]]:
-        """A step with a progress bar (total known) or a spinner; yields `update(completed, detail)`."""
+    def task(self, title: str, total: float | None = None) -> Iterator[Callable[[float, str], None]]:
+        """A step: its title line, then a progress bar (total known) or a spinner labelled with the
+        title's first words ("step 2/4"); yields `update(completed, detail)`."""
         t0 = time.monotonic()
+        self.say(title)
         if self._console is None:
-            self.say(description + " …")
             yield lambda completed, detail: None
             self.say(f"  done in {time.monotonic() - t0:.1f} s")
             return
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        columns = [SpinnerColumn(), TextColumn("{task.description}")]
+        columns = [SpinnerColumn(), TextColumn("  {task.description}")]
         if total:
             columns.append(BarColumn(bar_width=30))
         columns += [TimeElapsedColumn(), TextColumn("{task.fields[detail]}")]
         with Progress(*columns, console=self._console, transient=False) as progress:
-            task_id = progress.add_task(description, total=total, detail="")
+            task_id = progress.add_task(title.split("  ")[0], total=total, detail="")
 
             def update(completed: float, detail: str) -> None:
                 progress.update(task_id, completed=min(completed, total or completed), detail=detail)
@@ -72,11 +73,11 @@ def status_line(doc: dict, slo_name: str, window: str = "1m") -> str:
     w = doc.get("windows", {}).get(window) or {}
     slo = (w.get("slos") or {}).get(slo_name) or {}
     attainment = slo.get("attainment")
-    return (f"rate {w.get('request_rate', 0.0):5.2f} req/s  out {w.get('output_tokens_per_s', 0.0):6.0f} tok/s  "
-            f"goodput {slo.get('goodput_requests_per_s', 0.0):5.2f} req/s  "
-            f"attainment {'  –  ' if attainment is None else f'{100 * attainment:5.1f}%'}  "
-            f"TTFT p99 {_ms((w.get('ttft') or {}).get('p99'))}  TPOT p99 {_ms((w.get('tpot') or {}).get('p99'))}  "
-            f"errors {w.get('errors', 0)}  ({w.get('requests', 0)} requests in the last {window})")
+    return (f"{w.get('request_rate', 0.0):5.2f} req/s {w.get('output_tokens_per_s', 0.0):5.0f} tok/s | goodput "
+            f"{slo.get('goodput_requests_per_s', 0.0):5.2f} req/s, attainment "
+            f"{'  –  ' if attainment is None else f'{100 * attainment:5.1f}%'} | p99 TTFT "
+            f"{_ms((w.get('ttft') or {}).get('p99'))}, TPOT {_ms((w.get('tpot') or {}).get('p99'))} | "
+            f"{w.get('requests', 0)} done, {w.get('errors', 0)} errors")
 
 
 def _ms(seconds: float | None) -> str:
@@ -100,6 +101,7 @@ def watch_replay(replay: Child, watched: Sequence[Child], gateway_url: str, *, t
     last_print = t0
     doc: dict | None = None
     with display.task(title, total=duration_s) as update:
+        display.say(f"  the gateway's live /slogate/status every {every_s:g} s (window: the last minute of finished requests):")
         while replay.alive():
             now = time.monotonic()
             elapsed = now - t0
@@ -114,8 +116,9 @@ def watch_replay(replay: Child, watched: Sequence[Child], gateway_url: str, *, t
                 last_print = now
                 doc = fetch_status(gateway_url) or doc
                 if doc is not None:
-                    display.say(f"  [{elapsed:5.1f} s] gateway: {status_line(doc, slo_name)}")
-            detail = "sending" if elapsed < duration_s else "waiting for the last streams"
+                    display.say(f"  [{elapsed:3.0f}s] {status_line(doc, slo_name)}")
+            done = f"{doc.get('requests_total', 0)} requests done" if doc else ""
+            detail = f"sending, {done}" if elapsed < duration_s else f"waiting for the last streams, {done}"
             update(elapsed, detail)
             time.sleep(POLL_S)
     if replay.proc.returncode != 0:

@@ -114,9 +114,15 @@ class Children:
 
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """A second Ctrl-C must not cut the cleanup short: ignore SIGINT/SIGTERM while stopping children."""
+    """A Ctrl-C or SIGTERM must not cut the cleanup short: it is held while the block runs and
+    raised (KeyboardInterrupt / Terminated) right after it."""
+    held: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        held.append(signum)
+
     try:
-        old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+        old = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread
         yield
         return
@@ -125,6 +131,8 @@ def _signals_deferred() -> Iterator[None]:
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+    if held:
+        raise Terminated() if held[0] == signal.SIGTERM else KeyboardInterrupt()
 
 
 @contextlib.contextmanager
