@@ -1,9 +1,9 @@
 """Relay: the hot path. One client request → one upstream request, the response streamed back as it arrives.
 
 Reads the body once, parses JSON once (orjson) for LLM endpoints only, forwards headers minus
-hop-by-hop, writes every upstream piece to the client immediately (`readany`, never line
-iteration) and feeds the `traces` StreamObserver. Never decodes JSON per chunk, never logs per
-request, never blocks, never opens a session per request.
+hop-by-hop, writes every upstream piece to the client as it is decoded (never line iteration) and
+feeds the `traces` StreamObserver. Never decodes JSON per chunk, never logs per request, never
+blocks, never opens a connection per request when a pooled one is idle.
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ import logging
 from time import perf_counter_ns
 from typing import Any
 
-import aiohttp
 import orjson
-import yarl
 from aiohttp import HttpVersion11, web
 from multidict import CIMultiDict
 
 from gateway.config import GatewayConfig
 from gateway.errors import json_error, sse_error, status_of
+from gateway.h1 import Head, request_bytes
 from gateway.recorder import Recorder
 from gateway.route import Router
 from gateway.timeouts import Deadlines, Watchdog, limits_ns
 from gateway.upstream import Upstream
+from gateway.upstream_conn import UpstreamConn, UpstreamError
 from traces.observer import StreamObserver
 from traces.record import RequestRecord
 from traces.request_info import MEASURED_ENDPOINTS, RequestInfo, request_info, with_usage_requested
@@ -142,11 +142,17 @@ class Relay:
 
 
 class _Exchange:
-    """State of one relayed request (a plain object: no per-request closures or tasks)."""
+    """State of one relayed request (a plain object: no per-request closures or tasks).
+
+    Streaming is push-based: the upstream connection calls `_on_piece` from `data_received` for each
+    decoded body piece; it feeds the observer and writes the piece (chunk-framed) straight to the
+    client transport. The relay task only awaits the head, a flow-control pause and the end.
+    """
 
     __slots__ = (
-        "body", "info", "last_out", "obs", "parsed", "relay", "request", "resp", "strip", "t0", "t_body",
-        "tokens_held", "up_resp", "upstream", "wait_ns", "wd",
+        "body", "chunked", "client_gone", "conn", "info", "last_out", "obs", "parsed", "protocol", "relay",
+        "request", "resp", "seen", "sink_ns", "strip", "t0", "t_body", "t_last", "tokens_held", "transport",
+        "upstream", "wait_ns", "wd",
     )
 
     def __init__(self, relay: Relay, request: web.Request, upstream: Upstream, info: RequestInfo | None,
@@ -162,10 +168,17 @@ class _Exchange:
         self.t_body = t_body
         self.obs: StreamObserver | None = None
         self.resp: web.StreamResponse | None = None
-        self.up_resp: aiohttp.ClientResponse | None = None
-        self.wait_ns = 0  # time spent waiting on the upstream (headers + body)
+        self.conn: UpstreamConn | None = None
+        self.wait_ns = 0  # time spent waiting on the upstream (headers + body), sink time included
+        self.sink_ns = 0  # time spent in `_on_piece` (gateway work inside those waits)
         self.last_out = b"\n\n"
         self.tokens_held = 0
+        self.seen = 0
+        self.t_last = 0
+        self.client_gone = False
+        self.chunked = False
+        self.transport: Any = None
+        self.protocol: Any = None
         self.wd: Watchdog | None = None
 
     async def run(self) -> web.StreamResponse:
@@ -185,23 +198,24 @@ class _Exchange:
             wd.stop()
             up.inflight_requests -= 1
             up.inflight_tokens -= self.tokens_held
-            if self.up_resp is not None:
-                self.up_resp.close()  # no-op after a complete read; aborts the upstream otherwise
+            conn = self.conn
+            if conn is not None:
+                self.conn = None
+                pool = up.pool
+                if pool is not None:
+                    pool.release(conn)  # reused after a complete exchange; aborts the upstream otherwise
+                else:
+                    conn.abort()
 
     async def _exchange(self, wd: Watchdog) -> web.StreamResponse:
         request = self.request
         up = self.upstream
-        session = up.session
-        if session is None:
-            return self._fail_early("upstream_connect", "gateway not started")
-        url = yarl.URL(up.base + request.raw_path, encoded=True)
+        data = request_bytes(request.method, up.prefix + request.raw_path, up.host_header,
+                             forward_request_headers(request.headers, injected=self.strip).items(), self.body)
         t_up = perf_counter_ns()
         wd.waiting_first_byte(t_up)
         try:
-            up_resp = await session.request(
-                request.method, url, headers=forward_request_headers(request.headers, injected=self.strip),
-                data=self.body or None, allow_redirects=False,
-            )
+            self.conn, head = await up.exchange(data, no_body=request.method == "HEAD")
         except asyncio.CancelledError:
             self.wait_ns += perf_counter_ns() - t_up
             if wd.fired is None:
@@ -209,27 +223,18 @@ class _Exchange:
                 raise
             asyncio.current_task().uncancel()  # type: ignore[union-attr]
             return self._fail_early(wd.fired, None)
-        except (aiohttp.ConnectionTimeoutError, aiohttp.SocketTimeoutError):
+        except UpstreamError as exc:
             self.wait_ns += perf_counter_ns() - t_up
-            return self._fail_early("timeout_connect", up.name)
-        except aiohttp.ClientConnectorError:
-            self.wait_ns += perf_counter_ns() - t_up
-            return self._fail_early("upstream_connect", up.name)
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-            self.wait_ns += perf_counter_ns() - t_up
-            return self._fail_early("reset", up.name)
-        except aiohttp.ClientError as exc:
-            self.wait_ns += perf_counter_ns() - t_up
-            return self._fail_early("upstream_error", type(exc).__name__)
+            # The detail names the upstream only: never bytes of its response (they may echo the request).
+            return self._fail_early(exc.code, up.name if exc.code != "upstream_error" else "invalid HTTP response")
         t_hdr = perf_counter_ns()
         self.wait_ns += t_hdr - t_up
-        self.up_resp = up_resp
         wd.streaming(t_hdr)
-        return await self._respond(up_resp, wd)
+        return await self._respond(self.conn, head, wd)
 
-    async def _respond(self, up_resp: aiohttp.ClientResponse, wd: Watchdog) -> web.StreamResponse:
-        status = up_resp.status
-        headers = up_resp.headers
+    async def _respond(self, conn: UpstreamConn, head: Head, wd: Watchdog) -> web.StreamResponse:
+        status = head.status
+        headers = head.headers
         ok = 200 <= status < 300
         is_sse = ok and headers.get("Content-Type", "").startswith("text/event-stream")
         encoded = headers.get("Content-Encoding", "identity").lower() not in ("identity", "")
@@ -239,19 +244,24 @@ class _Exchange:
                 self.t0, stream=is_sse and not encoded, endpoint=self.info.endpoint, strip_usage=strip,
                 keep_chunk_times=self.relay.keep_chunk_times, n_inputs=self.info.n_inputs,
             )
-        length = up_resp.content_length
+        length = head.length
         if not is_sse and length is not None and length <= _SMALL_BODY and self.request.method != "HEAD":
-            return await self._respond_small(up_resp, status, wd)
-        resp = web.StreamResponse(status=status, reason=up_resp.reason,
+            return await self._respond_small(conn, head, wd)
+        resp = web.StreamResponse(status=status, reason=head.reason,
                                   headers=forward_response_headers(headers, drop_length=strip))
         self.resp = resp
-        await resp.prepare(self.request)
-        return await self._stream(up_resp, resp, wd, status)
+        writer = await resp.prepare(self.request)
+        self.chunked = bool(getattr(writer, "chunked", False))
+        self.transport = self.request.transport
+        self.protocol = self.request.protocol
+        return await self._stream(conn, resp, wd, status)
 
-    async def _respond_small(self, up_resp: aiohttp.ClientResponse, status: int, wd: Watchdog) -> web.StreamResponse:
+    async def _respond_small(self, conn: UpstreamConn, head: Head, wd: Watchdog) -> web.StreamResponse:
+        pieces: list[bytes] = []
         t_a = perf_counter_ns()
         try:
-            data = await up_resp.read()
+            conn.stream_to(lambda piece, t: pieces.append(piece))
+            await conn.wait_body()
         except asyncio.CancelledError:
             self.wait_ns += perf_counter_ns() - t_a
             if wd.fired is None:
@@ -259,81 +269,98 @@ class _Exchange:
                 raise
             asyncio.current_task().uncancel()  # type: ignore[union-attr]
             return self._fail_early(wd.fired, None)
-        except aiohttp.ClientError:
+        except UpstreamError:
             self.wait_ns += perf_counter_ns() - t_a
             return self._fail_early("reset", self.upstream.name)
         t_b = perf_counter_ns()
         self.wait_ns += t_b - t_a
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         if self.obs is not None and data:
             self.obs.feed(data, t_b)
-        resp = web.Response(status=status, reason=up_resp.reason, body=data,
-                            headers=forward_response_headers(up_resp.headers, drop_length=True))
-        self._record(t_b, status, None)
+        resp = web.Response(status=head.status, reason=head.reason, body=data,
+                            headers=forward_response_headers(head.headers, drop_length=True))
+        self._record(t_b, head.status, None)
         return resp
 
-    async def _stream(self, up_resp: aiohttp.ClientResponse, resp: web.StreamResponse, wd: Watchdog,
+    def _on_piece(self, data: bytes, t: int) -> None:
+        """One decoded upstream body piece (called from the connection's `data_received`)."""
+        self.t_last = self.wd.last_ns = t  # type: ignore[union-attr]
+        obs = self.obs
+        if obs is not None:
+            data = obs.feed(data, t)
+            n = obs.output_chunks
+            if n != self.seen:
+                if self.tokens_held > 0:  # draw down the in-flight token estimate
+                    step = min(n - self.seen, self.tokens_held)
+                    self.upstream.inflight_tokens -= step
+                    self.tokens_held -= step
+                self.seen = n
+            if not data:
+                self.sink_ns += perf_counter_ns() - t
+                return
+        self.last_out = data
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            self.client_gone = True
+            self.conn.pause_reading()  # type: ignore[union-attr]
+            return
+        if self.chunked:
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # one buffer: one send
+        else:
+            transport.write(data)
+        if self.protocol.writing_paused:  # client buffer above its high-water mark: stop reading upstream
+            self.conn.pause_reading()  # type: ignore[union-attr]
+        self.sink_ns += perf_counter_ns() - t
+
+    async def _stream(self, conn: UpstreamConn, resp: web.StreamResponse, wd: Watchdog,
                       status: int) -> web.StreamResponse:
         obs = self.obs
-        feed = obs.feed if obs is not None else None
-        readany = up_resp.content.readany
-        write = resp.write
-        up = self.upstream
-        seen = 0
-        t_last = perf_counter_ns()
+        self.t_last = perf_counter_ns()
         wait = 0
         try:
+            conn.stream_to(self._on_piece)
             while True:
                 t_a = perf_counter_ns()
-                data = await readany()
-                t_b = perf_counter_ns()
-                wait += t_b - t_a
-                if not data:
+                done = await conn.wait_body()
+                wait += perf_counter_ns() - t_a
+                if self.client_gone:
+                    raise _ClientGone
+                if done:
                     break
-                t_last = wd.last_ns = t_b
-                if feed is not None:
-                    data = feed(data, t_b)
-                    n = obs.output_chunks  # type: ignore[union-attr]
-                    if n != seen and self.tokens_held > 0:  # draw down the in-flight token estimate
-                        step = min(n - seen, self.tokens_held)
-                        up.inflight_tokens -= step
-                        self.tokens_held -= step
-                    seen = n
-                    if not data:
-                        continue
-                self.last_out = data
                 try:
-                    await write(data)
+                    await self.request.writer.drain()  # the client catches up, then upstream reading resumes
                 except ConnectionResetError:
                     raise _ClientGone from None
+                conn.resume_reading()
             try:
                 if obs is not None:
                     tail = obs.flush()
                     if tail:
                         self.last_out = tail
-                        await write(tail)
+                        await resp.write(tail)
                 # Counted before the final chunk: a client that has seen the end finds it in /metrics.
                 self.wait_ns += wait
                 wait = 0
-                self._record(t_last, status, None)
+                self._record(self.t_last, status, None)
                 await resp.write_eof()
             except ConnectionResetError:
                 raise _ClientGone from None
         except asyncio.CancelledError:
             self.wait_ns += wait
             if wd.fired is None:  # client went away (or hard shutdown): abort upstream, re-raise
-                self._record(t_last, status, self._cancel_reason())
+                self._record(self.t_last, status, self._cancel_reason())
                 raise
             asyncio.current_task().uncancel()  # type: ignore[union-attr]
-            return await self._fail_late(resp, wd.fired, t_last, status)
+            return await self._fail_late(resp, wd.fired, self.t_last, status)
         except _ClientGone:
             self.wait_ns += wait
-            self._record(t_last, status, "client_disconnect")
+            self._record(self.t_last, status, "client_disconnect")
             return resp
-        except aiohttp.ClientError:
+        except UpstreamError:
             self.wait_ns += wait
-            return await self._fail_late(resp, "reset", t_last, status)
+            return await self._fail_late(resp, "reset", self.t_last, status)
         self.wait_ns += wait
-        self._record(t_last, status, None)
+        self._record(self.t_last, status, None)
         return resp
 
     # ------------------------------------------------------------------ failures
@@ -347,8 +374,8 @@ class _Exchange:
 
     async def _fail_late(self, resp: web.StreamResponse, code: str, t_last: int, status: int) -> web.StreamResponse:
         """Headers (and maybe chunks) already went out: an SSE error event + [DONE], or a cut connection."""
-        if self.up_resp is not None:
-            self.up_resp.close()
+        if self.conn is not None:
+            self.conn.abort()
         self._record(t_last, status, code)
         obs_stream = self.obs is not None and self.obs.stream
         if obs_stream or resp.headers.get("Content-Type", "").startswith("text/event-stream"):
@@ -390,7 +417,7 @@ class _Exchange:
         record.upstream = self.upstream.name
         if record.n_inputs is None:
             record.n_inputs = info.n_inputs
-        busy = (t_end - self.t_body) - self.wait_ns
+        busy = (t_end - self.t_body) - self.wait_ns + self.sink_ns
         record.overhead = max(0, busy) * NS
         self.info = None  # record once
         try:

@@ -83,5 +83,5 @@ class StatusWindow:
 
 
 def health_response(ready: bool) -> tuple[int, bytes]:
-    """`/healthz` is (200, ok) while the process runs; `/readyz` is 200 only with an upstream session up."""
+    """`/healthz` is (200, ok) while the process runs; `/readyz` is 200 only with an upstream connection pool up."""
     return (200, b'{"status":"ok"}') if ready else (503, b'{"status":"not ready"}')

@@ -26,11 +26,15 @@ _LINE_END = re.compile(rb"\r\n|\n|\r")
 # tool_calls, a non-empty list). Quotes inside JSON strings are escaped, so a key pattern cannot
 # match inside generated text; bytes.find on these literals is far cheaper than a regex search.
 _OUTPUT_KEYS = (b'"content"', b'"text"', b'"reasoning_content"', b'"reasoning"')
+_OUTPUT_KEYS_TEXT_FIRST = (b'"text"', b'"content"', b'"reasoning_content"', b'"reasoning"')
 _TOOL_CALLS = b'"tool_calls"'
 _FINISH_KEY = b'"finish_reason"'
 _USAGE_KEY = b'"usage"'
 _ERROR_WORD = b'"error"'  # as a key, or as the value of "object": either way the event is decoded
 _SPACE = frozenset(b" \t\r\n")
+# One scan for "does this event need decoding": an "error" word, a string finish_reason or a usage
+# object (the same test as `_ERROR_WORD in p or _value_at(p, _FINISH_KEY, '"') or _value_at(p, _USAGE_KEY, '{')`).
+_TAIL_GATE = re.compile(rb'"error"|"finish_reason"[ \t\r\n]*:[ \t\r\n]*"|"usage"[ \t\r\n]*:[ \t\r\n]*\{').search
 _DONE = b"[DONE]"
 _NON_STREAM_BODY_LIMIT = 16 << 20  # bytes kept to read usage from a non-streaming body
 
@@ -58,6 +62,7 @@ class StreamObserver:
         "_last_ns",
         "_last_output_ns",
         "_output_chunks",
+        "_output_keys",
         "_strip_usage",
         "_usage_completion",
         "_usage_prompt",
@@ -92,6 +97,8 @@ class StreamObserver:
         self._gaps_ns: list[int] = []
         self._chunk_ns: list[int] | None = [] if keep_chunk_times else None
         self._output_chunks = 0
+        # Same keys either way; the likely one first saves a scan per event.
+        self._output_keys = _OUTPUT_KEYS if "chat" in endpoint else _OUTPUT_KEYS_TEXT_FIRST
         self._done = False
         self._finish_reason: str | None = None
         self._error: str | None = None
@@ -109,33 +116,66 @@ class StreamObserver:
             if sum(map(len, self._body)) < _NON_STREAM_BODY_LIMIT:
                 self._body.append(piece)
             return piece
-        if not self._buf and piece.endswith(b"\n\n") and piece.find(b"\n\n") == len(piece) - 2 and b"\r" not in piece:
-            # fast path: the piece is exactly one LF-terminated event (the usual case)
-            keep = self._event(piece[:-2], t_ns)
+        if not self._buf and piece.find(b"\n") == len(piece) - 2 and piece[-1:] == b"\n" and b"\r" not in piece:
+            # fast path: the piece is exactly one single-line LF-terminated event (the usual case)
+            if piece.startswith(b"data:"):
+                keep = self._payload(piece[6:-2] if piece[5:6] == b" " else piece[5:-2], t_ns, False)
+            else:
+                keep = self._event(piece[:-2], t_ns)
             return piece if (keep or not self._strip_usage) else b""
         buf = self._buf + piece if self._buf else piece
+        if b"\r" not in buf:
+            return self._feed_lf(piece, buf, t_ns)
         start = 0
         out: list[bytes] | None = [] if self._strip_usage else None
-        if b"\r" not in buf:
-            end = buf.find(b"\n\n")
-            while end >= 0:
-                keep = self._event(buf[start:end], t_ns)
-                if out is not None and keep:
-                    out.append(buf[start : end + 2])
-                start = end + 2
-                end = buf.find(b"\n\n", start)
-        else:
-            end_cr = buf.endswith(b"\r")
-            for m in _EVENT_END.finditer(buf):
-                if end_cr and m.end() == len(buf):
-                    break  # a CR at the end may be the first half of CRLF: wait for the next byte
-                keep = self._event(buf[start : m.start()], t_ns)
-                if out is not None and keep:
-                    out.append(buf[start : m.end()])
-                start = m.end()
+        end_cr = buf.endswith(b"\r")
+        for m in _EVENT_END.finditer(buf):
+            if end_cr and m.end() == len(buf):
+                break  # a CR at the end may be the first half of CRLF: wait for the next byte
+            keep = self._event(buf[start : m.start()], t_ns)
+            if out is not None and keep:
+                out.append(buf[start : m.end()])
+            start = m.end()
         self._buf = buf[start:]
         if out is None:
             return piece
+        return b"".join(out)
+
+    def _feed_lf(self, piece: bytes, buf: bytes, t_ns: int) -> bytes:
+        """Events split at LF LF (no CR anywhere in `buf`); forwards contiguous runs of kept events."""
+        start = 0
+        kept_from = 0  # strip mode: start of the run of kept events not yet copied out
+        out: list[bytes] | None = None
+        payload_of = self._payload
+        while True:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            if buf[nl + 1 : nl + 2] == b"\n":  # a single-line event: the common shape
+                end = nl
+                if buf.startswith(b"data: ", start):
+                    keep = payload_of(buf[start + 6 : end], t_ns, False)
+                elif buf.startswith(b"data:", start):
+                    keep = payload_of(buf[start + 5 : end], t_ns, False)
+                else:
+                    keep = self._event(buf[start:end], t_ns)
+            else:
+                end = buf.find(b"\n\n", nl)
+                if end < 0:
+                    break
+                keep = self._event(buf[start:end], t_ns)
+            if not keep and self._strip_usage:
+                if out is None:
+                    out = []
+                out.append(buf[kept_from:start])
+                kept_from = end + 2
+            start = end + 2
+        self._buf = buf[start:] if start < len(buf) else b""
+        if not self._strip_usage:
+            return piece
+        if out is None:
+            return buf if start == len(buf) else buf[:start]
+        out.append(buf[kept_from:start])
         return b"".join(out)
 
     def flush(self) -> bytes:
@@ -151,19 +191,21 @@ class StreamObserver:
     def _event(self, event: bytes, t_ns: int) -> bool:
         """Observe one SSE event; return False when it must not be forwarded (injected usage)."""
         if event.startswith(b"data:") and b"\n" not in event and b"\r" not in event:
-            payload = event[6:] if event[5:6] == b" " else event[5:]
-            named_error = False
-        else:
-            payload, named_error = _parse_event(event)
-            if payload is None:
-                return True  # comment / keep-alive / empty
+            return self._payload(event[6:] if event[5:6] == b" " else event[5:], t_ns, False)
+        payload, named_error = _parse_event(event)
+        if payload is None:
+            return True  # comment / keep-alive / empty
+        return self._payload(payload, t_ns, named_error)
+
+    def _payload(self, payload: bytes, t_ns: int, named_error: bool) -> bool:
+        """Observe the data of one event; return False when it must not be forwarded (injected usage)."""
         if payload == _DONE:
             self._done = True
             return True
-        if _has_output(payload):
+        if _has_output(payload, self._output_keys):
             self._output(t_ns)
-        error_word = _ERROR_WORD in payload
-        if named_error or error_word or _value_at(payload, _FINISH_KEY, 34) or _value_at(payload, _USAGE_KEY, 123):
+        if named_error or _TAIL_GATE(payload) is not None:
+            error_word = _ERROR_WORD in payload
             if named_error or (error_word and self._error_event(payload)):
                 self._error = self._error or "stream_error"
                 self._finish_reason = self._finish_reason or "error"
@@ -346,23 +388,37 @@ def _value_start(payload: bytes, i: int) -> int:
 def _value_at(payload: bytes, key: bytes, first: int) -> bool:
     """True when some occurrence of `key` has a value starting with byte `first`."""
     i = payload.find(key)
+    if i < 0:
+        return False
+    n = len(payload)
+    k = len(key)
     while i >= 0:
-        j = _value_start(payload, i + len(key))
-        if 0 <= j < len(payload) and payload[j] == first:
-            return True
+        j = i + k
+        if j + 1 < n and payload[j] == 58 and payload[j + 1] not in _SPACE:  # compact `"key":v`
+            if payload[j + 1] == first:
+                return True
+        else:
+            j = _value_start(payload, j)
+            if 0 <= j < n and payload[j] == first:
+                return True
         i = payload.find(key, i + 1)
     return False
 
 
-def _has_output(payload: bytes) -> bool:
+def _has_output(payload: bytes, keys: tuple[bytes, ...] = _OUTPUT_KEYS) -> bool:
     """Does this chunk carry generated output (a non-empty text field or a tool call)?"""
     n = len(payload)
-    for key in _OUTPUT_KEYS:
+    for key in keys:
         i = payload.find(key)
         while i >= 0:
-            j = _value_start(payload, i + len(key))
-            if 0 <= j < n - 1 and payload[j] == 34 and payload[j + 1] != 34:  # '"' then not '"'
-                return True
+            j = i + len(key)
+            if j + 2 < n and payload[j] == 58 and payload[j + 1] == 34:  # compact `"key":"`
+                if payload[j + 2] != 34:
+                    return True
+            else:
+                j = _value_start(payload, j)
+                if 0 <= j < n - 1 and payload[j] == 34 and payload[j + 1] != 34:  # '"' then not '"'
+                    return True
             i = payload.find(key, i + 1)
     i = payload.find(_TOOL_CALLS)
     while i >= 0:
