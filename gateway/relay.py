@@ -414,6 +414,10 @@ class _Exchange:
         record.model = info.model
         record.stream = info.stream
         record.max_tokens = info.max_tokens
+        if record.input_tokens is None and info.prompt_chars:
+            # no usage (llama.cpp streams, failed requests): bytes/4 keeps the request replayable
+            record.input_tokens = info.est_input_tokens
+            record.input_estimated = True
         record.upstream = self.upstream.name
         if record.n_inputs is None:
             record.n_inputs = info.n_inputs

@@ -34,6 +34,7 @@ class RequestRecord(msgspec.Struct, omit_defaults=True):
     model: str | None = None
     stream: bool = True
     input_tokens: int | None = None
+    input_estimated: bool = False  # input_tokens is the gateway's bytes/4 estimate (no usage was sent)
     output_tokens: int | None = None
     max_tokens: int | None = None
     tokens_source: TokensSource = "usage"
