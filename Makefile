@@ -8,7 +8,7 @@ PIP      := $(BIN)/python -m pip
 APT_PKGS := prometheus nginx-light chromium
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test install install-test install-llama apt lint bench clean
+.PHONY: demo test install install-test apt lint bench bench-gateway bench-routing clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install python3-venv" >&2; exit 1; }
@@ -56,8 +56,17 @@ demo: install
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 
+# Benchmarks print a table and write JSON to tests/bench/results/ (see tests/bench/README.md).
 bench: install-test
 	$(BIN)/python tests/bench/trace_io.py
+	$(BIN)/python tests/bench/sim_fidelity.py
+	$(BIN)/python tests/bench/replay_accuracy.py
+
+bench-gateway: install-test   # ~15 min: slogate vs Envoy vs nginx, interleaved rounds
+	$(BIN)/python tests/bench/gateway_overhead.py
+
+bench-routing: install-test   # routing policies on 4 simulated replicas
+	$(BIN)/python tests/bench/routing.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
