@@ -1,0 +1,113 @@
+"""Readers for the files under deploy/: manifests, kustomizations, the rules file and the dashboard.
+
+Shared by the tests in this package; pure functions over files, no servers. Grafana variables in
+dashboard expressions are substituted here so the same PromQL can run against a real Prometheus.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+KUBE = DEPLOY / "kubernetes"
+RULES = DEPLOY / "prometheus" / "rules.yml"
+PROMETHEUS_RULE = KUBE / "base" / "prometheusrule.yaml"
+DASHBOARD = DEPLOY / "grafana" / "slogate-dashboard.json"
+KUSTOMIZATION = "kustomization.yaml"
+
+# Kinds that come from the Prometheus Operator CRDs: kubernetes-validate ships no schema for them.
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+# Grafana variables → values a plain PromQL query accepts (as Grafana would expand them for "All").
+GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "15s", "$job": ".*", "$model": ".*", "$slo": ".*"}
+METRIC_NAME = re.compile(r"\b((?:gen_ai|slogate)_[a-z0-9_]+)\b")
+# Label lists and selectors, removed before looking for metric names (labels like gen_ai_token_type).
+_LABEL_LISTS = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)|\{[^}]*\}")
+
+
+def kustomize_dirs() -> list[Path]:
+    return sorted(p.parent for p in KUBE.rglob(KUSTOMIZATION))
+
+
+def load_docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def kustomization(directory: Path) -> dict[str, Any]:
+    return yaml.safe_load((directory / KUSTOMIZATION).read_text())
+
+
+def manifest_files() -> list[Path]:
+    """Every file a kustomization lists under `resources` (the whole objects, not patches)."""
+    out = []
+    for directory in kustomize_dirs():
+        for entry in kustomization(directory).get("resources", []):
+            path = (directory / entry).resolve()
+            if path.is_file():
+                out.append(path)
+    return sorted(set(out))
+
+
+def rule_groups() -> list[dict[str, Any]]:
+    return yaml.safe_load(RULES.read_text())["groups"]
+
+
+def recording_rules() -> list[dict[str, Any]]:
+    return [r for g in rule_groups() for r in g["rules"] if "record" in r]
+
+
+def alerting_rules() -> list[dict[str, Any]]:
+    return [r for g in rule_groups() for r in g["rules"] if "alert" in r]
+
+
+def dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD.read_text())
+
+
+def dashboard_panels() -> Iterator[dict[str, Any]]:
+    for panel in dashboard()["panels"]:
+        yield panel
+        yield from panel.get("panels", [])  # panels inside collapsed rows
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(id "panel title/refId", expression with Grafana variables substituted)."""
+    out = []
+    for panel in dashboard_panels():
+        for target in panel.get("targets", []):
+            out.append((f"{panel['title']}/{target['refId']}", promql_from_grafana(target["expr"])))
+    return out
+
+
+def promql_from_grafana(expr: str) -> str:
+    # Longest names first, so `$__rate_interval` is not split by a shorter variable.
+    for var in sorted(GRAFANA_VARS, key=len, reverse=True):
+        expr = expr.replace(var, GRAFANA_VARS[var]).replace("${" + var[1:] + "}", GRAFANA_VARS[var])
+    return expr
+
+
+def metric_names(expr: str) -> set[str]:
+    """Raw gateway metric names an expression reads (recording-rule names contain ':' and are not)."""
+    return set(METRIC_NAME.findall(_LABEL_LISTS.sub(" ", expr)))
+
+
+_LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+),\s*(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\)$")
+
+
+def dashboard_label_queries() -> list[tuple[str, str, str]]:
+    """(variable name, series selector, label) of each `label_values(selector, label)` variable."""
+    out = []
+    for var in dashboard()["templating"]["list"]:
+        if var["type"] != "query":
+            continue
+        query = var["query"] if isinstance(var["query"], str) else var["query"]["query"]
+        m = _LABEL_VALUES.match(query.strip())
+        assert m, f"dashboard variable {var['name']}: expected label_values(selector, label), got {query}"
+        out.append((var["name"], promql_from_grafana(m["selector"]), m["label"]))
+    return out
