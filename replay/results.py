@@ -10,6 +10,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
@@ -18,6 +19,7 @@ from traces.record import RequestRecord, effective_e2e, is_error
 from traces.slo import Slo, is_good
 
 RESULTS_SCHEMA_VERSION = 1
+_S = TypeVar("_S", bound=msgspec.Struct)
 
 
 class Environment(msgspec.Struct, omit_defaults=True):
@@ -190,16 +192,26 @@ def _add_cost(summary: RunSummary, cost_per_hour: float) -> None:
     summary.goodput_cost_per_1k_requests = per_1k(summary.goodput_rps)
 
 
+def write_json(obj: msgspec.Struct, path: str | Path) -> None:
+    """Indented JSON of a struct (results.json, sweep.json)."""
+    Path(path).write_bytes(msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")
+
+
+def read_json(path: str | Path, type_: type[_S], name: str) -> _S:
+    """Read a struct from a JSON file, or from the file `name` inside a directory."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / name
+    return msgspec.json.decode(p.read_bytes(), type=type_)
+
+
 def dump(results: Results, path: str | Path) -> None:
-    Path(path).write_bytes(msgspec.json.format(msgspec.json.encode(results), indent=2) + b"\n")
+    write_json(results, path)
 
 
 def load(path: str | Path) -> Results:
     """Read a results.json (a directory holding one is accepted too)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "results.json"
-    return msgspec.json.decode(p.read_bytes(), type=Results)
+    return read_json(path, Results, "results.json")
 
 
 def is_finite(x: float | None) -> bool:

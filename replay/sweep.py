@@ -21,7 +21,7 @@ from pathlib import Path
 
 import msgspec
 
-from replay.results import Results
+from replay.results import Results, read_json, write_json
 
 SWEEP_SCHEMA_VERSION = 1
 KNEE_ELASTICITY = 0.5
@@ -154,12 +154,9 @@ def point_dir_name(x: float) -> str:
 
 
 def dump(sweep: Sweep, path: str | Path) -> None:
-    Path(path).write_bytes(msgspec.json.format(msgspec.json.encode(sweep), indent=2) + b"\n")
+    write_json(sweep, path)
 
 
 def load(path: str | Path) -> Sweep:
     """Read a sweep.json (a sweep directory holding one is accepted too)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "sweep.json"
-    return msgspec.json.decode(p.read_bytes(), type=Sweep)
+    return read_json(path, Sweep, "sweep.json")
