@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from gateway.config import build_config, merge, read_toml, slo_flag
+from gateway.routing.policies import POLICIES
 from traces.cli import UsageError
 from traces.slo import SloError, parse_duration
 
@@ -25,6 +26,11 @@ examples:
   slogate gateway --upstream http://127.0.0.1:8000 --slo interactive:ttft=0.5,tpot=50ms \\
       --slo batch:e2e=60 --admin-listen 127.0.0.1:9090 --trace-dir /var/lib/slogate/traces \\
       --trace-sample 0.1 --trace-salt-file /etc/slogate/salt
+
+  # four replicas balanced by in-flight tokens; long requests to their own pool
+  slogate gateway --upstream http://gpu1:8000 --upstream http://gpu2:8000 \\
+      --upstream 'http://gpu3:8000#pool=long' --upstream 'http://gpu4:8000#pool=long,weight=2' \\
+      --pool 'long: prompt_tokens >= 4096 or max_tokens >= 2048' --max-inflight-requests 64
 
   # everything from a file, one flag overridden
   slogate gateway --config slogate.toml --idle-timeout 30
@@ -58,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="TOML file with a [gateway] table (flags override it)")
     p.add_argument("--listen", metavar="HOST:PORT", help="proxy address (default 0.0.0.0:8080)")
     p.add_argument("--upstream", metavar="URL", action="append", dest="upstreams",
-                   help="upstream server base URL; repeat for several (round-robin)")
+                   help="upstream server base URL, optionally URL#pool=NAME,weight=N,name=LABEL,models=a|b; "
+                   "repeat for several (balanced by --policy)")
     p.add_argument("--admin-listen", metavar="HOST:PORT",
                    help="serve /metrics and /slogate/status here instead of on --listen")
     p.add_argument("--slo", metavar="NAME:SPEC", action="append", dest="slos",
@@ -87,6 +94,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--trace-queue-size", type=int, metavar="N", help="writer queue; a full queue drops records")
     c.add_argument("--trace-chunk-times", action="store_true", default=None,
                    help="also store every chunk's time offset per request")
+    r = p.add_argument_group("routing (several upstreams)")
+    r.add_argument("--policy", choices=POLICIES, help="load-balancing policy (default least-tokens)")
+    r.add_argument("--pool", metavar="RULE", action="append", dest="pools",
+                   help="pool rule, e.g. 'long: prompt_tokens >= 4096 or max_tokens >= 2048' (repeatable; "
+                   "first match wins, else pool default)")
+    r.add_argument("--scrape-upstream-metrics", action="store_true", default=None,
+                   help="scrape each upstream's /metrics (queue, KV usage) to correct least-tokens")
+    r.add_argument("--max-inflight-requests", type=int, metavar="N", help="admission limit per upstream")
+    r.add_argument("--max-inflight-tokens", type=int, metavar="N", help="admission limit per upstream (tokens)")
+    r.add_argument("--queue-size", type=int, metavar="N", help="requests waiting when a pool is full (default 1024)")
+    r.add_argument("--queue-timeout", type=_duration, metavar="S", help="wait at most this long, then 429 (default 30)")
+    r.add_argument("--health-interval", type=_duration, metavar="S",
+                   help="active /health checks every S seconds (default 5 with several upstreams; 0: off)")
+    r.add_argument("--health-path", metavar="PATH", help="health check path (default /health)")
+    r.add_argument("--retries", type=int, metavar="N",
+                   help="retry on another upstream before any byte reached the client (default 2)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -113,6 +136,16 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "trace.rotate_seconds": args.trace_rotate_seconds,
         "trace.queue_size": args.trace_queue_size,
         "trace.chunk_times": args.trace_chunk_times,
+        "routing.policy": args.policy,
+        "routing.pools": args.pools,
+        "routing.scrape_upstream_metrics": args.scrape_upstream_metrics,
+        "routing.max_inflight_requests": args.max_inflight_requests,
+        "routing.max_inflight_tokens": args.max_inflight_tokens,
+        "routing.queue_size": args.queue_size,
+        "routing.queue_timeout": args.queue_timeout,
+        "routing.health.interval": args.health_interval,
+        "routing.health.path": args.health_path,
+        "routing.retries": args.retries,
     }
     if args.slos:
         out["slos"] = dict(slo_flag(s) for s in args.slos)

@@ -13,6 +13,9 @@ from typing import Any
 
 import msgspec
 
+from gateway.routing.config import RoutingConfig, check_routing, specs_from
+from gateway.routing.health import HealthConfig
+from gateway.routing.upstreams import UpstreamSpec
 from traces.cli import UsageError
 from traces.slo import Slo, SloError, parse_duration, parse_slo
 
@@ -41,7 +44,8 @@ class TraceConfig(msgspec.Struct, forbid_unknown_fields=True):
 class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
     listen: str = "0.0.0.0:8080"
     admin_listen: str | None = None  # /metrics and /slogate/status here instead of on `listen`
-    upstreams: list[str] = []
+    upstreams: list[str] = []  # URL or URL#pool=NAME,weight=N,name=LABEL (gateway/routing/upstreams.py)
+    upstream: list[UpstreamSpec] = []  # [[upstream]] tables: url, name, pool, weight, models, limits
     slos: dict[str, str] = {}  # name -> "ttft=0.5,tpot=50ms"
     inject_usage: bool = True
     max_body_bytes: int = 32 << 20
@@ -52,13 +56,15 @@ class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
     loop_lag_interval: float = 0.5
     timeouts: Timeouts = msgspec.field(default_factory=Timeouts)
     trace: TraceConfig = msgspec.field(default_factory=TraceConfig)
+    routing: RoutingConfig = msgspec.field(default_factory=RoutingConfig)
 
 
 # What a value must look like, per key (used in error messages).
 _HINTS: dict[str, str] = {
     "listen": 'a "HOST:PORT" address, e.g. "0.0.0.0:8080"',
     "admin_listen": 'a "HOST:PORT" address, e.g. "127.0.0.1:9090"',
-    "upstreams": 'a list of URLs, e.g. ["http://127.0.0.1:8000"]',
+    "upstreams": 'a list of URLs, e.g. ["http://127.0.0.1:8000", "http://10.0.0.2:8000#pool=long,weight=2"]',
+    "upstream": 'tables [[upstream]] with url = "http://..." and optional name, pool, weight, models',
     "slos": 'a table NAME = "ttft=0.5,tpot=50ms,e2e=30"',
     "inject_usage": "true or false",
     "max_body_bytes": "a positive integer (bytes)",
@@ -80,6 +86,9 @@ _HINTS: dict[str, str] = {
     "trace.rotate_seconds": "a positive number of seconds",
     "trace.queue_size": "a positive integer",
     "trace.chunk_times": "true or false",
+    "routing.queue_timeout": "a positive number of seconds",
+    "routing.scrape_interval": "a positive number of seconds",
+    "routing.scrape_stale_after": "a positive number of seconds",
 }
 _DURATION_KEYS = {k for k, v in _HINTS.items() if "seconds" in v}
 # The command-line flag for a key, so an error can name both.
@@ -104,6 +113,7 @@ FLAGS: dict[str, str] = {
     "trace.rotate_bytes": "--trace-rotate-bytes",
     "trace.rotate_seconds": "--trace-rotate-seconds",
     "trace.queue_size": "--trace-queue-size",
+    "routing.queue_timeout": "--queue-timeout",
 }
 
 
@@ -143,6 +153,9 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     table = data["gateway"]
     if not isinstance(table, dict):
         raise UsageError(f"--config {path}: [gateway] must be a table")
+    for key in ("upstream", "routing"):  # [[upstream]] and [routing] may also sit next to [gateway]
+        if key in data and key not in table:
+            table = {**table, key: data[key]}
     return table
 
 
@@ -198,7 +211,8 @@ def _translate(exc: msgspec.ValidationError, data: dict[str, Any]) -> UsageError
     path = path.split("[", 1)[0]
     if text.startswith("Object contains unknown field"):
         field = text.split("`")[1]
-        struct = {"": GatewayConfig, "timeouts": Timeouts, "trace": TraceConfig}.get(path, GatewayConfig)
+        struct = {"": GatewayConfig, "timeouts": Timeouts, "trace": TraceConfig, "upstream": UpstreamSpec,
+                  "routing": RoutingConfig, "routing.health": HealthConfig}.get(path, GatewayConfig)
         where = f"gateway.{path}" if path else "gateway"
         allowed = ", ".join(struct.__struct_fields__)
         return UsageError(f"{where}: unknown key {field!r}; allowed keys: {allowed}")
@@ -225,12 +239,18 @@ def _check(cfg: GatewayConfig) -> None:
     parse_hostport(cfg.listen, key="listen")
     if cfg.admin_listen is not None:
         parse_hostport(cfg.admin_listen, key="admin_listen")
-    if not cfg.upstreams:
+    if not cfg.upstreams and not cfg.upstream:
         raise UsageError("gateway.upstreams (--upstream): give at least one upstream URL, e.g. --upstream http://127.0.0.1:8000")
     for url in cfg.upstreams:
         if not (url.startswith("http://") or url.startswith("https://")) or len(url.split("://", 1)[1]) == 0:
             raise _bad("upstreams", url, "URLs starting with http:// or https://")
     parse_slos(cfg.slos)
+    check_routing(cfg.routing, upstream_specs(cfg))
+
+
+def upstream_specs(cfg: GatewayConfig) -> list[UpstreamSpec]:
+    """Every upstream: `--upstream` values (with their #pool=... options) then [[upstream]] tables."""
+    return specs_from(cfg.upstreams, cfg.upstream)
 
 
 def parse_slos(slos: dict[str, str]) -> list[Slo]:

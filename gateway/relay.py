@@ -21,7 +21,10 @@ from gateway.config import GatewayConfig
 from gateway.errors import json_error, sse_error, status_of
 from gateway.h1 import Head, request_bytes
 from gateway.recorder import Recorder
-from gateway.route import Router
+from gateway.routing.admission import Rejected, parse_priority, rejection_response
+from gateway.routing.health import HTTP_503, OTHER, outcome_of
+from gateway.routing.router import Router, RouteRequest
+from gateway.routing.upstreams import Lease
 from gateway.timeouts import Deadlines, Watchdog, limits_ns
 from gateway.upstream import Upstream
 from gateway.upstream_conn import UpstreamConn, UpstreamError
@@ -88,7 +91,7 @@ class Relay:
         self.start_ns = start_ns
         self.max_body = cfg.max_body_bytes
         self.inject_usage = cfg.inject_usage
-        self.expected_output = cfg.expected_output_tokens
+        self.priority_header = cfg.routing.priority_header
         self.keep_chunk_times = True  # ITL histogram (and optional trace chunk offsets)
         self.stopping = False  # set on SIGTERM
         self.active: set[Watchdog] = set()  # one per request in flight (ended at the grace deadline)
@@ -120,8 +123,28 @@ class Relay:
             if info.stream and not info.include_usage and self.inject_usage and path in _USAGE_ENDPOINTS:
                 send = with_usage_requested(parsed)
                 strip = True
-        upstream = self.router.pick_upstream(info)
-        return await _Exchange(self, request, upstream, info, parsed, send, strip, t0, t_body).run()
+        router = self.router
+        priority = parse_priority(request.headers.get(self.priority_header)) if router.admission else 0
+        route = router.request(info, parsed, priority)
+        try:
+            lease = await router.acquire(route)  # waits only when admission limits are set
+        except Rejected as rejected:
+            return self._rejected(t0, info, rejected)
+        return await _Exchange(self, request, route, lease, info, parsed, send, strip, t0, t_body).run()
+
+    def _rejected(self, t0: int, info: RequestInfo | None, rejected: Rejected) -> web.Response:
+        """Admission control said no: 429 + Retry-After, recorded (it counts against SLO attainment)."""
+        if info is not None:
+            obs = StreamObserver(t0, stream=False, endpoint=info.endpoint)
+            record = obs.finish(perf_counter_ns(), status=429, error=rejected.reason)
+            record.t = (t0 - self.start_ns) * NS
+            record.model = info.model
+            record.stream = info.stream
+            record.max_tokens = info.max_tokens
+            record.pool = rejected.pool
+            record.queue = rejected.queue_s
+            self.recorder.finish(record, None)
+        return rejection_response(rejected)
 
     def expire_all(self, reason: str = "shutdown") -> int:
         """End every request in flight (JSON error before the first byte, error event + [DONE] after)."""
@@ -150,16 +173,21 @@ class _Exchange:
     """
 
     __slots__ = (
-        "body", "chunked", "client_gone", "conn", "info", "last_out", "obs", "parsed", "protocol", "relay",
-        "request", "resp", "seen", "sink_ns", "strip", "t0", "t_body", "t_last", "tokens_held", "transport",
-        "upstream", "wait_ns", "wd",
+        "body", "chunked", "client_gone", "conn", "info", "last_out", "lease", "obs", "outcome", "parsed",
+        "protocol", "relay", "request", "resp", "route", "seen", "sink_ns", "strip", "t0", "t_body", "t_last",
+        "tpot", "transport", "ttft", "upstream", "wait_ns", "wd",
     )
 
-    def __init__(self, relay: Relay, request: web.Request, upstream: Upstream, info: RequestInfo | None,
-                 parsed: Any, body: bytes, strip: bool, t0: int, t_body: int) -> None:
+    def __init__(self, relay: Relay, request: web.Request, route: RouteRequest, lease: Lease,
+                 info: RequestInfo | None, parsed: Any, body: bytes, strip: bool, t0: int, t_body: int) -> None:
         self.relay = relay
         self.request = request
-        self.upstream = upstream
+        self.route = route
+        self.lease = lease  # the router's claim on the upstream (in-flight requests and tokens)
+        self.upstream: Upstream = lease.upstream.target  # type: ignore[assignment]
+        self.outcome = OTHER  # for the router's health accounting, set when the request is recorded
+        self.ttft: float | None = None
+        self.tpot: float | None = None
         self.info = info
         self.parsed = parsed
         self.body = body
@@ -172,7 +200,6 @@ class _Exchange:
         self.wait_ns = 0  # time spent waiting on the upstream (headers + body), sink time included
         self.sink_ns = 0  # time spent in `_on_piece` (gateway work inside those waits)
         self.last_out = b"\n\n"
-        self.tokens_held = 0
         self.seen = 0
         self.t_last = 0
         self.client_gone = False
@@ -182,12 +209,6 @@ class _Exchange:
         self.wd: Watchdog | None = None
 
     async def run(self) -> web.StreamResponse:
-        up = self.upstream
-        info = self.info
-        up.inflight_requests += 1
-        if info is not None:
-            self.tokens_held = info.est_input_tokens + (info.max_tokens or self.relay.expected_output)
-            up.inflight_tokens += self.tokens_held
         self.wd = wd = Watchdog(self.relay.deadlines, self.relay.limits, self.t0)
         active = self.relay.active
         active.add(wd)
@@ -196,41 +217,60 @@ class _Exchange:
         finally:
             active.discard(wd)
             wd.stop()
-            up.inflight_requests -= 1
-            up.inflight_tokens -= self.tokens_held
-            conn = self.conn
-            if conn is not None:
-                self.conn = None
-                pool = up.pool
-                if pool is not None:
-                    pool.release(conn)  # reused after a complete exchange; aborts the upstream otherwise
-                else:
-                    conn.abort()
+            self.relay.router.release(self.lease, self.outcome, self.ttft, self.tpot)
+            self._release_conn()
+
+    def _release_conn(self) -> None:
+        conn = self.conn
+        if conn is not None:
+            self.conn = None
+            pool = self.upstream.pool
+            if pool is not None:
+                pool.release(conn)  # reused after a complete exchange; aborts the upstream otherwise
+            else:
+                conn.abort()
 
     async def _exchange(self, wd: Watchdog) -> web.StreamResponse:
         request = self.request
-        up = self.upstream
-        data = request_bytes(request.method, up.prefix + request.raw_path, up.host_header,
-                             forward_request_headers(request.headers, injected=self.strip).items(), self.body)
-        t_up = perf_counter_ns()
-        wd.waiting_first_byte(t_up)
-        try:
-            self.conn, head = await up.exchange(data, no_body=request.method == "HEAD")
-        except asyncio.CancelledError:
-            self.wait_ns += perf_counter_ns() - t_up
-            if wd.fired is None:
-                self._record(None, 499, self._cancel_reason())
-                raise
-            asyncio.current_task().uncancel()  # type: ignore[union-attr]
-            return self._fail_early(wd.fired, None)
-        except UpstreamError as exc:
-            self.wait_ns += perf_counter_ns() - t_up
-            # The detail names the upstream only: never bytes of its response (they may echo the request).
-            return self._fail_early(exc.code, up.name if exc.code != "upstream_error" else "invalid HTTP response")
+        headers = forward_request_headers(request.headers, injected=self.strip).items()
+        while True:  # one pass per attempt; another only while nothing went to the client
+            up = self.upstream
+            data = request_bytes(request.method, up.prefix + request.raw_path, up.host_header, headers, self.body)
+            t_up = perf_counter_ns()
+            wd.waiting_first_byte(t_up)
+            try:
+                self.conn, head = await up.exchange(data, no_body=request.method == "HEAD")
+            except asyncio.CancelledError:
+                self.wait_ns += perf_counter_ns() - t_up
+                if wd.fired is None:
+                    self._record(None, 499, self._cancel_reason())
+                    raise
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
+                return self._fail_early(wd.fired, None)
+            except UpstreamError as exc:
+                self.wait_ns += perf_counter_ns() - t_up
+                if self._retry(outcome_of(status_of(exc.code), exc.code, started=False)):
+                    continue
+                # The detail names the upstream only: never bytes of its response (they may echo the request).
+                return self._fail_early(exc.code, up.name if exc.code != "upstream_error" else "invalid HTTP response")
+            if head.status == 503 and self._retry(HTTP_503):  # overloaded or draining: try another upstream
+                self.wait_ns += perf_counter_ns() - t_up
+                continue
+            break
         t_hdr = perf_counter_ns()
         self.wait_ns += t_hdr - t_up
         wd.streaming(t_hdr)
         return await self._respond(self.conn, head, wd)
+
+    def _retry(self, outcome: str) -> bool:
+        """Before any byte reached the client: move to another upstream when the router allows it."""
+        lease = self.relay.router.retry(self.route, self.lease, outcome)
+        if lease is None:
+            return False
+        self._release_conn()  # to the pool it came from: reused if its (error) body was complete, else aborted
+        self.lease = lease
+        self.upstream = lease.upstream.target  # type: ignore[assignment]
+        return True
 
     async def _respond(self, conn: UpstreamConn, head: Head, wd: Watchdog) -> web.StreamResponse:
         status = head.status
@@ -290,10 +330,7 @@ class _Exchange:
             data = obs.feed(data, t)
             n = obs.output_chunks
             if n != self.seen:
-                if self.tokens_held > 0:  # draw down the in-flight token estimate
-                    step = min(n - self.seen, self.tokens_held)
-                    self.upstream.inflight_tokens -= step
-                    self.tokens_held -= step
+                self.lease.on_tokens(n - self.seen)  # draw down the in-flight token estimate
                 self.seen = n
             if not data:
                 self.sink_ns += perf_counter_ns() - t
@@ -395,6 +432,8 @@ class _Exchange:
 
     # ------------------------------------------------------------------ record
     def _record(self, t_last: int | None, status: int, error: str | None) -> None:
+        if self.outcome == OTHER:
+            self.outcome = outcome_of(status, error, started=self.resp is not None)
         info = self.info
         if info is None:
             return
@@ -419,6 +458,13 @@ class _Exchange:
             record.input_tokens = info.est_input_tokens
             record.input_estimated = True
         record.upstream = self.upstream.name
+        router = self.relay.router
+        if router.several_pools:
+            record.pool = self.lease.pool
+        if router.admission:
+            record.queue = self.lease.queue_s
+        if record.error is None:
+            self.ttft, self.tpot = record.ttft, record.tpot
         if record.n_inputs is None:
             record.n_inputs = info.n_inputs
         busy = (t_end - self.t_body) - self.wait_ns + self.sink_ns

@@ -24,11 +24,11 @@ from aiohttp import web
 from aiohttp.web_request import BaseRequest
 
 from gateway.capture import Capture, perf_epoch
-from gateway.config import GatewayConfig, parse_hostport, parse_slos
+from gateway.config import GatewayConfig, parse_hostport, parse_slos, upstream_specs
 from gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render, watch_loop_lag
 from gateway.recorder import Recorder
 from gateway.relay import Relay
-from gateway.route import Router
+from gateway.routing.router import Router
 from gateway.status import StatusWindow, health_response
 from gateway.timeouts import Deadlines
 from gateway.upstream import Upstream
@@ -50,8 +50,11 @@ class Gateway:
         self.cfg = cfg
         slos = parse_slos(cfg.slos)
         self.start_ns, self.start_unix = perf_epoch()
-        self.upstreams = [Upstream(url) for url in cfg.upstreams]
-        self.router = Router(self.upstreams)
+        self.router = Router(upstream_specs(cfg), cfg.routing, expected_output_tokens=cfg.expected_output_tokens)
+        self.upstreams: list[Upstream] = []
+        for state in self.router.states:  # the router keeps the load; the Upstream owns the connections
+            state.target = Upstream(state.spec.url, state.name)
+            self.upstreams.append(state.target)
         self.metrics = LiveMetrics([s.name for s in slos], max_models=cfg.max_model_labels)
         self.status = StatusWindow(slos)
         self.capture = (
@@ -62,6 +65,7 @@ class Gateway:
         self.deadlines = Deadlines()
         self.relay = Relay(cfg, self.router, self.recorder, self.start_ns, self.deadlines)
         self.registry = make_registry(MetricsCollector(self.metrics, self._inflight, self.recorder.trace_counts))
+        self.registry.register(self.router.collector())
         self.admin: dict[str, Handler] = {
             "/metrics": self.metrics_endpoint,
             "/slogate/status": self.status_endpoint,
@@ -71,7 +75,7 @@ class Gateway:
         self._tasks: list[asyncio.Task] = []
 
     def _inflight(self) -> list[tuple[str, int, int]]:
-        return [(u.name, u.inflight_requests, max(0, u.inflight_tokens)) for u in self.upstreams]
+        return [(name, n_req, max(0, n_tok)) for name, n_req, n_tok in self.router.inflight()]
 
     # ------------------------------------------------------------------ admin endpoints
     async def metrics_endpoint(self, request: BaseRequest) -> web.Response:
@@ -83,10 +87,11 @@ class Gateway:
         entries, now = list(self.status.entries), time.monotonic()
         snap = await asyncio.to_thread(self.status.snapshot, entries, now)
         snap["upstreams"] = {
-            u.name: {"inflight_requests": u.inflight_requests, "inflight_tokens": max(0, u.inflight_tokens),
-                     "ready": u.ready}
-            for u in self.upstreams
+            s.name: {"inflight_requests": s.inflight_requests, "inflight_tokens": max(0, s.inflight_tokens),
+                     "ready": s.target.ready}  # type: ignore[attr-defined]
+            for s in self.router.states
         }
+        snap["routing"] = self.router.status()
         written, dropped = self.recorder.trace_counts()
         snap["trace"] = {"enabled": self.capture is not None, "written": written, "dropped": dropped}
         snap["event_loop_lag_s"] = self.metrics.loop_lag
@@ -97,7 +102,7 @@ class Gateway:
         return web.Response(status=status, body=body, content_type="application/json")
 
     async def readyz(self, request: BaseRequest) -> web.Response:
-        status, body = health_response(any(u.ready for u in self.upstreams))
+        status, body = health_response(any(u.ready for u in self.upstreams) and self.router.ready())
         return web.Response(status=status, body=body, content_type="application/json")
 
     # ------------------------------------------------------------------ request entry points
@@ -127,6 +132,7 @@ class Gateway:
         if self.capture is not None:
             self.capture.start()
         self.deadlines.start()
+        await self.router.start()
         self._tasks.append(asyncio.create_task(watch_loop_lag(self.metrics, self.cfg.loop_lag_interval)))
 
     async def close(self) -> None:
@@ -136,6 +142,7 @@ class Gateway:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.router.close()
         for u in self.upstreams:
             await u.close()
         if self.capture is not None:

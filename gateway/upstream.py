@@ -146,7 +146,7 @@ class Upstream:
         "url",
     )
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, name: str | None = None) -> None:
         parsed = yarl.URL(url)
         self._parsed = parsed
         self.url = url.rstrip("/")
@@ -154,7 +154,7 @@ class Upstream:
         self.prefix = parsed.raw_path.rstrip("/")  # path prefix of every upstream request
         self.host_header = parsed.host_port_subcomponent or "127.0.0.1"
         # Label used in metrics and traces: host:port only (never credentials or paths).
-        self.name = f"{parsed.host}:{parsed.explicit_port or parsed.port}"
+        self.name = name or f"{parsed.host}:{parsed.explicit_port or parsed.port}"
         self.pool: Pool | None = None
         self.inflight_requests = 0
         self.inflight_tokens = 0

@@ -26,7 +26,7 @@ from gateway.routing.upstreams import DEFAULT_POOL, Lease, UpstreamSpec, Upstrea
 from traces.request_info import RequestInfo, prompt_bytes
 
 RETRYABLE = frozenset({health.CONNECT_ERROR, health.HTTP_503, health.RESET_BEFORE_RESPONSE})
-_ALL = "*"  # group of every upstream, for non-LLM paths (/v1/models, ...)
+_ALL = "*"  # group (and pool label) of every upstream for non-LLM paths (/v1/models, ...); never a pool name
 _SKIP_FULL = "skipped: at its in-flight limit"
 _SKIP_TRIED = "skipped: already tried for this request"
 _SKIP_UNHEALTHY = "skipped: failing active health checks"
@@ -211,10 +211,11 @@ class Router:
         if self._multi and health.passive(s, outcome, time.monotonic(), self.cfg.health):
             bump(self.metrics.ejections, (s.name, outcome))
             s.last_reason = f"ejected for {s.backoff_s:g}s after {outcome}"
-        for group in self._groups_of[s]:
-            queue = self._queues[group]
-            if queue.depth:
-                queue.wake()
+        if self.admission:
+            for group in self._groups_of[s]:
+                queue = self._queues[group]
+                if queue.depth:
+                    queue.wake()
 
     def retry(self, req: RouteRequest, lease: Lease, outcome: str) -> Lease | None:
         """Release a failed attempt; a lease on another upstream of the same group when the

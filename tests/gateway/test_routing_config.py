@@ -1,0 +1,72 @@
+"""Routing configuration through the gateway's own path: TOML tables, flags, one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway import cli
+from gateway.config import build_config, merge, read_toml, upstream_specs
+from traces.cli import UsageError
+
+TOML = """
+[gateway]
+listen = "127.0.0.1:8080"
+upstreams = ["http://10.0.0.1:8000#name=a"]
+
+[[upstream]]
+url = "http://10.0.0.2:8000"
+name = "b"
+pool = "long"
+weight = 2
+models = ["llama-3-70b"]
+
+[routing]
+policy = "prefix-affinity"
+pools = ["long: prompt_tokens >= 4096 or max_tokens >= 2048"]
+queue_timeout = "2s"
+max_inflight_requests = 8
+
+[routing.health]
+interval = 1
+path = "/v1/models"
+"""
+
+
+def test_toml_tables_and_flags_override(tmp_path):
+    path = tmp_path / "slogate.toml"
+    path.write_text(TOML)
+    cfg = build_config(merge(read_toml(path), {"routing.policy": "least-tokens"}))
+    specs = upstream_specs(cfg)
+    assert [(s.label, s.pool, s.weight, s.models) for s in specs] == [
+        ("a", "default", 1.0, []), ("b", "long", 2.0, ["llama-3-70b"])]
+    assert cfg.routing.policy == "least-tokens" and cfg.routing.queue_timeout == 2.0
+    assert cfg.routing.max_inflight_requests == 8 and cfg.routing.health.path == "/v1/models"
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"upstreams": ["http://a:1"], "routing": {"policy": "fastest"}}, "gateway.routing.policy (--policy)"),
+    ({"upstreams": ["http://a:1"], "routing": {"polcy": "x"}}, "unknown key 'polcy'"),
+    ({"upstreams": ["http://a:1"], "routing": {"pools": ["long: tokens > 1"]}}, "unknown variable"),
+    ({"upstreams": ["http://a:1"], "routing": {"pools": ["long: max_tokens > 1"]}}, "no upstream is in pool 'long'"),
+    ({"upstreams": ["http://a:1#weight=-1"]}, "weight"),
+    ({"upstream": [{"url": "http://a:1", "colour": "red"}]}, "colour"),
+    ({"upstreams": ["http://a:1"], "routing": {"health": {"intervall": 1}}}, "gateway.routing.health"),
+])
+def test_bad_routing_config_names_the_key(data, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        build_config(data)
+
+
+def test_cli_flags_reach_the_config_and_errors_exit_2(capsys):
+    args = cli.build_parser().parse_args([
+        "--upstream", "http://a:1", "--upstream", "http://b:1#pool=long", "--policy", "round-robin",
+        "--pool", "long: prompt_tokens >= 10", "--max-inflight-tokens", "5000", "--queue-size", "3",
+        "--queue-timeout", "500ms", "--health-interval", "0", "--retries", "1", "--scrape-upstream-metrics"])
+    cfg = build_config(merge({}, cli.overrides(args)))
+    r = cfg.routing
+    assert (r.policy, r.pools, r.max_inflight_tokens, r.queue_size, r.queue_timeout, r.health.interval,
+            r.retries, r.scrape_upstream_metrics) == (
+        "round-robin", ["long: prompt_tokens >= 10"], 5000, 3, 0.5, 0.0, 1, True)
+    assert cli.main(["--upstream", "http://a:1", "--pool", "long: prompt_tokens >>= 1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--pool 'long: prompt_tokens >>= 1'" in err
