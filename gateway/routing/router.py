@@ -80,6 +80,7 @@ class Router:
         for s in self.states:
             self.pools.setdefault(s.pool, []).append(s)
         self.several_pools = len(self.pools) > 1  # records then carry their pool
+        self._zero_counters()
         self.admission = any(s.max_requests or s.max_tokens for s in self.states)  # records carry queue time
         self._groups: dict[tuple[str, str | None], Group] = {}
         self._groups_of: dict[UpstreamState, list[Group]] = {s: [] for s in self.states}
@@ -91,6 +92,19 @@ class Router:
         self._session: aiohttp.ClientSession | None = None
         interval = cfg.health.interval
         self.health_interval = (5.0 if len(self.states) > 1 else 0.0) if interval is None else interval
+
+    def _zero_counters(self) -> None:
+        """Export every known label set from 0 (Prometheus practice): rate() cannot see the first
+        increment of a series that is born with it, and a dashboard shows 0 rather than no data."""
+        m = self.metrics
+        for pool, members in self.pools.items():
+            for reason in ("queue_full", "queue_timeout"):
+                m.rejections[(pool, reason)] = 0
+            for outcome in sorted(RETRYABLE):
+                m.retries[(pool, outcome)] = 0
+            for s in members:
+                for outcome in sorted(health.FAILURES):
+                    m.ejections[(s.name, outcome)] = 0
 
     # ------------------------------------------------------------------ groups
     def _group(self, pool: str, model: str | None, members: list[UpstreamState]) -> Group:

@@ -289,7 +289,8 @@ async def test_router_retry_only_for_retryable_and_bounded():
     assert router.retry(req2, lease, health.TIMEOUT) is None  # not retryable
     assert all(s.inflight_requests == 0 and s.inflight_tokens == 0 for s in router.states)
     assert sum(router.metrics.retries.values()) == 2
-    assert router.metrics.ejections == {(first.name, health.CONNECT_ERROR): 1}
+    assert {k: n for k, n in router.metrics.ejections.items() if n} == {(first.name, health.CONNECT_ERROR): 1}
+    assert router.metrics.ejections[(first.name, health.HTTP_5XX)] == 0  # known label sets start at 0
 
 
 async def test_router_fails_open_and_readiness():
