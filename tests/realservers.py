@@ -87,6 +87,7 @@ def start_gateway(
     slos: Sequence[str] = (),
     extra_args: Sequence[str] = (),
     timeout: float = 30.0,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     """Run `slogate gateway` on 127.0.0.1 in front of `upstreams` until the block exits (ready: /healthz)."""
     port = port or free_port()
@@ -98,7 +99,7 @@ def start_gateway(
     for slo in slos:
         cmd += ["--slo", slo]
     cmd += list(extra_args)
-    env = {"SLOGATE_TRACE_SALT": "test-salt"}
+    env = {"SLOGATE_TRACE_SALT": "test-salt", **(env or {})}
     with running(cmd, port, ready_path="/healthz", timeout=timeout, env=env) as server:
         yield server
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import re
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -16,7 +15,8 @@ from pathlib import Path
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.servers import Server, free_port, running
+from tests import realservers
+from tests.servers import Server
 from traces.reader import read_trace
 from traces.record import RequestRecord
 
@@ -34,14 +34,8 @@ def start_gateway(
     env: dict[str, str] | None = None,
     timeout: float = 30.0,
 ) -> Iterator[Server]:
-    """`slogate gateway --listen 127.0.0.1:PORT --upstream …` as a subprocess, ready at /healthz."""
-    port = port or free_port()
-    cmd = [sys.executable, "-m", "traces.cli", "gateway", "--listen", f"127.0.0.1:{port}"]
-    for up in [upstreams] if isinstance(upstreams, str) else upstreams:
-        cmd += ["--upstream", up]
-    cmd += list(args)
-    with running(cmd, port, ready_path="/healthz", timeout=timeout,
-                 env={"SLOGATE_TRACE_SALT": "test-salt", **(env or {})}) as server:
+    """`slogate gateway --listen 127.0.0.1:PORT --upstream … ARGS…` as a subprocess, ready at /healthz."""
+    with realservers.start_gateway(upstreams, port=port, extra_args=args, timeout=timeout, env=env) as server:
         yield server
 
 
