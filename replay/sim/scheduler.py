@@ -187,12 +187,16 @@ class Scheduler:
         self.new_tokens, self.kv_tokens, self.attn_work = new_tokens, kv_tokens, attn
         if self.num_preemptions != preempted:
             return
-        waiting = self.waiting
+        self._admit_waiting(now, budget, chunked=True)
+
+    def _admit_waiting(self, now: float, budget: int, *, chunked: bool) -> None:
+        """Move waiting requests (arrival order) into the batch while budget and seats last."""
+        running, waiting = self.running, self.waiting
         while waiting and budget > 0 and len(running) < self.max_num_seqs:
             req = waiting[0]
             if req.arrival > now:  # real clock running late: not yet arrived at this step's start
                 break
-            n = self._admit(req, budget, now, chunked=True)
+            n = self._admit(req, budget, now, chunked=chunked)
             if n == 0:
                 break
             waiting.popleft()
@@ -202,21 +206,8 @@ class Scheduler:
 
     def _schedule_v0(self, now: float) -> None:
         """Prefill-first: a step with new prompts runs only those prompts (decodes stall)."""
-        budget = self.max_num_batched_tokens
-        running, waiting = self.running, self.waiting
-        while waiting and len(running) < self.max_num_seqs:
-            req = waiting[0]
-            if req.arrival > now:
-                break
-            n = self._admit(req, budget, now, chunked=False)
-            if n == 0:
-                break
-            waiting.popleft()
-            running.append(req)
-            self._take(req, n)
-            budget -= n
-            if budget <= 0:
-                break
+        running = self.running
+        self._admit_waiting(now, self.max_num_batched_tokens, chunked=False)
         if self.batch:
             return
         for req in list(running):
