@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -31,21 +32,18 @@ def free_port() -> int:
 
 
 def free_ports(n: int) -> int:
-    """A first port such that n consecutive ports are free."""
-    for _ in range(200):
-        base = free_port()
-        if base + n >= 65535:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                try:
+    """A first port such that n consecutive ports are bindable the way servers bind them
+    (SO_REUSEADDR: ports in TIME_WAIT from earlier tests count as free)."""
+    for _ in range(500):
+        base = random.randrange(20000, 60000)
+        try:
+            for p in range(base, base + n):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                     s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
+        except OSError:
+            continue
+        return base
     raise RuntimeError(f"no {n} consecutive free ports")
 
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.servers import running  # noqa: E402
+from tests.servers import free_ports, running  # noqa: E402
 from tests.simserver import start_sim  # noqa: E402
 from traces.metrics import summarize  # noqa: E402
 from traces.reader import read_trace  # noqa: E402
@@ -68,19 +66,8 @@ def merged_azure(traces: Path, out: Path) -> Path:
 
 
 def sim_port(replicas: int) -> int:
-    """A first port with `replicas` consecutive ports bindable the way servers bind (SO_REUSEADDR, so
-    ports in TIME_WAIT from earlier runs count as free)."""
-    for _ in range(500):
-        base = random.randrange(20000, 60000)
-        try:
-            for p in range(base, base + replicas):
-                with socket.socket() as s:
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError(f"no {replicas} consecutive free ports")
+    """A first port with `replicas` consecutive ports bindable the way servers bind."""
+    return free_ports(replicas)
 
 
 def replay(trace: Path, target: str, out: Path, *extra: str) -> dict:

@@ -7,9 +7,7 @@ loss of requests that had not started streaming, 503 retries, admission queue, 4
 from __future__ import annotations
 
 import asyncio
-import random
 import signal
-import socket
 import time
 from collections.abc import Sequence
 
@@ -26,6 +24,7 @@ from tests.gateway.fixtures_gateway import (
     start_gateway,
     wait_for,
 )
+from tests.servers import free_ports
 from tests.simserver import start_sim
 
 pytestmark = pytest.mark.timeout(60)
@@ -33,19 +32,9 @@ SLOW = {"timing": "constant", "ttft_ms": 10, "itl_ms": 50}  # a 100-token answer
 
 
 def sims(replicas: int, **kwargs):  # type: ignore[no-untyped-def]
-    """`start_sim(replicas=N)` on N consecutive ports that servers can bind (SO_REUSEADDR, like aiohttp),
-    so ports left in TIME_WAIT by other tests do not make the search fail on a busy machine."""
-    for _ in range(500):
-        base = random.randrange(20000, 60000)
-        try:
-            for port in range(base, base + replicas):
-                with socket.socket() as sock:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return start_sim(replicas=replicas, port=base, **kwargs)
-    raise RuntimeError(f"no {replicas} consecutive free ports")
+    """`start_sim(replicas=N)` on N consecutive ports that servers can bind (SO_REUSEADDR), so ports
+    left in TIME_WAIT by other tests do not make the search fail on a busy machine."""
+    return start_sim(replicas=replicas, port=free_ports(replicas), **kwargs)
 
 
 def named(urls: Sequence[str], *options: str) -> list[str]:
