@@ -32,6 +32,7 @@ from gateway.routing.router import Router
 from gateway.status import StatusWindow, health_response
 from gateway.timeouts import Deadlines
 from gateway.upstream import Upstream
+from traces.fdtable import reserve_fds
 
 log = logging.getLogger("slogate.gateway")
 Handler = Callable[[BaseRequest], Awaitable[web.StreamResponse]]
@@ -162,8 +163,10 @@ def _server(handler: Handler, cfg: GatewayConfig) -> web.Server:
 
 def _tune_runtime() -> None:
     """Latency tails: everything built at startup leaves the cyclic GC's view (a full collection of it
-    stalls the loop ~10 ms), and the trace writer thread hands the GIL back to the loop within 0.5 ms
-    (the default switch interval lets it hold the loop off for 5 ms)."""
+    stalls the loop ~10 ms), the trace writer thread hands the GIL back to the loop within 0.5 ms
+    (the default switch interval lets it hold the loop off for 5 ms), and the fd table is grown
+    before the first connection (each kernel growth stalls accept() 5–15 ms)."""
+    reserve_fds()
     gc.collect()
     gc.freeze()
     sys.setswitchinterval(SWITCH_INTERVAL_S)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import signal
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from replay.sim.faults import FaultConfig, parse_fault_config
 from replay.sim.server import ServerOptions
 from replay.sim.steptime import LinearCoefficients
 from traces.cli import UsageError
+from traces.fdtable import reserve_fds
 
 EXAMPLES = """
 examples:
@@ -155,10 +155,12 @@ def configure(argv: list[str]) -> tuple[SimConfig, ServerOptions, FaultConfig]:
 async def serve(config: SimConfig, opts: ServerOptions, faults: FaultConfig) -> None:
     from aiohttp import web
 
+    from replay.sim.gcpace import GcPacer
     from replay.sim.server import Replica
 
     spec = build(config)
-    replicas = [Replica(spec, opts, faults, i) for i in range(config.replicas)]
+    pacer = GcPacer()
+    replicas = [Replica(spec, opts, faults, i, pacer) for i in range(config.replicas)]
     runners = []
     # last port first: once the first port answers, every replica is up
     for i, rep in reversed(list(enumerate(replicas))):
@@ -176,14 +178,15 @@ async def serve(config: SimConfig, opts: ServerOptions, faults: FaultConfig) -> 
           f"max_num_batched_tokens={spec.max_num_batched_tokens}, "
           f"listening on http://{opts.host}:{opts.port}" + (f"-{opts.port + config.replicas - 1}"
                                                           if config.replicas > 1 else ""), flush=True)
-    gc.collect()
-    gc.freeze()  # long-lived objects out of the collector: fewer pauses on the token path
+    reserve_fds()  # fd-table growth stalls the loop for ms: do it before the first stream
+    pacer.install()  # garbage collection only in idle time: no pauses in the middle of a token pass
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    pacer.uninstall()
     for rep in replicas:
         await rep.stop()
     for runner in runners:

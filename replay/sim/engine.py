@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -89,6 +90,7 @@ class Engine:
             return
         self._start(req)
         if self.wake is not None:
+            self.clock.wake()  # type: ignore[union-attr]
             self.wake.set()
             if self._kick is not None:
                 _resolve(self._kick)
@@ -142,6 +144,7 @@ class Engine:
         """Wait for work: the next virtual arrival, or a submit() on the real clock."""
         if self.wake is None:
             return self.pending[0][0] if self.pending else None
+        self.clock.rest(math.inf)  # type: ignore[union-attr]
         await self.wake.wait()
         self.wake.clear()
         return self.clock.now()
@@ -212,6 +215,8 @@ class Engine:
             if clock.real:
                 delay = t - clock.now()
                 if delay > EARLY_S:  # sleep until the next token, or until a submit() brings an earlier one
+                    clock.rest(t)  # type: ignore[union-attr]
+                    delay = t - clock.now()
                     loop = asyncio.get_running_loop()
                     self._kick = loop.create_future()
                     timer = loop.call_later(delay, _resolve, self._kick)

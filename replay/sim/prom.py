@@ -129,9 +129,10 @@ class SimCollector:
         yield c
 
 
-def make_registry(collector: SimCollector) -> CollectorRegistry:
+def make_registry(*collectors: object) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(collector)  # type: ignore[arg-type]
+    for collector in collectors:
+        reg.register(collector)  # type: ignore[arg-type]
     return reg
 
 

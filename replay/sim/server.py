@@ -20,6 +20,7 @@ from replay.sim.clock import RealClock
 from replay.sim.config import EngineSpec, output_length
 from replay.sim.engine import Engine
 from replay.sim.faults import HEADER, FaultConfig, RequestFault, parse_request_fault
+from replay.sim.gcpace import GcPacer
 from replay.sim.prefix import hash_pieces
 from replay.sim.prom import ServerStats, SimCollector, make_registry, render
 from replay.sim.scheduler import SimReq
@@ -63,7 +64,8 @@ def _bad(message: str, param: str | None = None) -> web.Response:
 class Replica:
     """One simulated server: engine, stats, fault state and the aiohttp app."""
 
-    def __init__(self, spec: EngineSpec, opts: ServerOptions, faults: FaultConfig, index: int) -> None:
+    def __init__(self, spec: EngineSpec, opts: ServerOptions, faults: FaultConfig, index: int,
+                 pacer: GcPacer | None = None) -> None:
         self.spec = spec
         self.opts = opts
         self.faults = faults
@@ -73,7 +75,7 @@ class Replica:
         self.t0 = time.perf_counter()
         self.created = int(time.time())
         scale = (lambda t: faults.slowdown_at(t - self.t0)) if faults.slowdown else None
-        self.engine = Engine(spec, RealClock(), replica=index, scale=scale)
+        self.engine = Engine(spec, RealClock(pacer), replica=index, scale=scale)
         self.stats = ServerStats()
         self.rng = random.Random(spec.config.seed * 7919 + index)
         self.fault_rng = random.Random(faults.seed * 7919 + index)
@@ -84,7 +86,7 @@ class Replica:
         collector = SimCollector(self.model_name, index, self.stats, lambda: (
             self.engine.num_running, self.engine.num_waiting, kv.usage(), sched.num_preemptions,
             kv.queries, kv.hits))
-        self.registry = make_registry(collector)
+        self.registry = make_registry(collector) if pacer is None else make_registry(collector, pacer)
         self.app = web.Application(client_max_size=256 * 1024 * 1024)
         r = self.app.router
         r.add_post("/v1/chat/completions", self.chat)
