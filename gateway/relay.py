@@ -129,22 +129,29 @@ class Relay:
         try:
             lease = await router.acquire(route)  # waits only when admission limits are set
         except Rejected as rejected:
-            return self._rejected(t0, info, rejected)
+            self._record_unsent(t0, info, 429, rejected.reason, rejected.pool, rejected.queue_s)
+            return rejection_response(rejected)
+        except asyncio.CancelledError:  # the client hung up while queued: record it, then unwind
+            self._record_unsent(t0, info, 499, "shutdown" if self.stopping else "client_disconnect",
+                                route.pool, route.queue_s)
+            raise
         return await _Exchange(self, request, route, lease, info, parsed, send, strip, t0, t_body).run()
 
-    def _rejected(self, t0: int, info: RequestInfo | None, rejected: Rejected) -> web.Response:
-        """Admission control said no: 429 + Retry-After, recorded (it counts against SLO attainment)."""
-        if info is not None:
-            obs = StreamObserver(t0, stream=False, endpoint=info.endpoint)
-            record = obs.finish(perf_counter_ns(), status=429, error=rejected.reason)
-            record.t = (t0 - self.start_ns) * NS
-            record.model = info.model
-            record.stream = info.stream
-            record.max_tokens = info.max_tokens
-            record.pool = rejected.pool
-            record.queue = rejected.queue_s
-            self.recorder.finish(record, None)
-        return rejection_response(rejected)
+    def _record_unsent(self, t0: int, info: RequestInfo | None, status: int, error: str, pool: str | None,
+                       queue_s: float | None) -> None:
+        """A measured request that never reached an upstream (admission 429, or the client left the
+        queue): recorded with its queue time; it counts against SLO attainment."""
+        if info is None:
+            return
+        obs = StreamObserver(t0, stream=False, endpoint=info.endpoint)
+        record = obs.finish(perf_counter_ns(), status=status, error=error)
+        record.t = (t0 - self.start_ns) * NS
+        record.model = info.model
+        record.stream = info.stream
+        record.max_tokens = info.max_tokens
+        record.pool = pool
+        record.queue = queue_s
+        self.recorder.finish(record, None)
 
     def expire_all(self, reason: str = "shutdown") -> int:
         """End every request in flight (JSON error before the first byte, error event + [DONE] after)."""

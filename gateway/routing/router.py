@@ -196,7 +196,12 @@ class Router:
         seq = queue.next_seq()
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not await queue.wait(req.priority, seq, remaining):
+            try:
+                woken = remaining > 0 and await queue.wait(req.priority, seq, remaining)
+            except asyncio.CancelledError:  # the client went away: the caller records how long it waited
+                req.queue_s = time.monotonic() - t0
+                raise
+            if not woken:
                 raise self._reject(req, "queue_timeout", time.monotonic() - t0)
             s = self.choose(req)
             if s is not None:

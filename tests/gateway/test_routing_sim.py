@@ -22,6 +22,7 @@ from tests.gateway.fixtures_gateway import (
     metric_samples,
     metric_sum,
     start_gateway,
+    trace_records,
     wait_for,
 )
 from tests.servers import free_ports
@@ -291,3 +292,24 @@ async def test_admission_priority_header_goes_first():
                 await asyncio.sleep(0.03)
             await asyncio.gather(first, *rest)
         assert done == ["first", "high", "low1", "low2"]
+
+
+async def test_client_leaving_the_admission_queue_is_recorded_as_499(tmp_path):
+    traces = tmp_path / "traces"
+    with start_sim(timing="constant", ttft_ms=5, itl_ms=50) as sim, \
+            start_gateway([sim.url], "--max-inflight-requests", "1", "--queue-timeout", "20",
+                          "--trace-dir", str(traces)) as gw:
+        async with aiohttp.ClientSession() as s:
+            running = await start_held(s, gw.url, body(60))
+            impatient = aiohttp.ClientTimeout(total=0.4)
+            with pytest.raises(asyncio.TimeoutError):
+                async with s.post(gw.url + "/v1/chat/completions", data=body(5), timeout=impatient,
+                                  headers={"Content-Type": "application/json"}) as resp:
+                    await resp.read()
+            assert await until(lambda: metric_sum(metric_samples(gw.url), "slogate_queue_depth") == 0)
+            await cancel_all([running])
+        records = trace_records(traces, 2)
+    gone = [r for r in records if r.status == 499 and r.queue is not None and r.queue > 0]
+    assert len(gone) == 1, [(r.status, r.error, r.queue) for r in records]
+    assert gone[0].error == "client_disconnect" and 0.3 < gone[0].queue < 2
+    assert gone[0].model == SIM_MODEL and gone[0].ttft is None
