@@ -191,21 +191,15 @@ class MetricsCollector(Collector):
         for key, n in m.requests.items():
             fam.add_metric(list(key), n)
         yield fam
-        for name, doc, values in (
-            ("slogate_good_requests", "Requests that met the SLO (goodput numerator).", m.good_requests),
-            ("slogate_good_output_tokens", "Output tokens of requests that met the SLO.", m.good_output_tokens),
+        for name, doc, label, values in (  # counters with one label: its value -> count
+            ("slogate_good_requests", "Requests that met the SLO (goodput numerator).", "slo", m.good_requests),
+            ("slogate_good_output_tokens", "Output tokens of requests that met the SLO.", "slo", m.good_output_tokens),
+            ("slogate_output_tokens", "Output tokens of measured requests.", "model", m.output_tokens),
+            ("slogate_input_tokens", "Input (prompt) tokens of measured requests.", "model", m.input_tokens),
         ):
-            fam = CounterMetricFamily(name, doc, labels=["slo"])
-            for slo, n in values.items():
-                fam.add_metric([slo], n)
-            yield fam
-        for name, doc, values in (
-            ("slogate_output_tokens", "Output tokens of measured requests.", m.output_tokens),
-            ("slogate_input_tokens", "Input (prompt) tokens of measured requests.", m.input_tokens),
-        ):
-            fam = CounterMetricFamily(name, doc, labels=["model"])
-            for model, n in values.items():
-                fam.add_metric([model], n)
+            fam = CounterMetricFamily(name, doc, labels=[label])
+            for label_value, n in values.items():
+                fam.add_metric([label_value], n)
             yield fam
         reqs = GaugeMetricFamily("slogate_inflight_requests", "Requests in flight per upstream.", labels=["upstream"])
         toks = GaugeMetricFamily("slogate_inflight_tokens",

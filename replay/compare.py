@@ -141,15 +141,6 @@ def _default_name(p: Path) -> str:
     return name
 
 
-def unique_names(sides: list[Side]) -> None:
-    seen: dict[str, int] = {}
-    for side in sides:
-        n = seen.get(side.name, 0)
-        seen[side.name] = n + 1
-        if n:
-            side.name = f"{side.name}#{n + 1}"
-
-
 # -- metrics -----------------------------------------------------------------------------------------
 
 

@@ -28,8 +28,8 @@ from replay.compare import (
     parse_bound,
     slos_of,
     table_metrics,
-    unique_names,
 )
+from replay.names import number_repeated_names
 from traces.cli import UsageError
 from traces.slo import SloError, parse_slo
 
@@ -96,7 +96,7 @@ def load_sides(paths: Sequence[str], slo_specs: Sequence[str]) -> list[Side]:
         if sides[i] is None:
             sides[i] = load_side(path, slos=slos)
     out = [s for s in sides if s is not None]
-    unique_names(out)
+    number_repeated_names(out)
     return out
 
 

@@ -15,6 +15,7 @@ import msgspec
 
 from replay import results as results_io
 from replay import sweep as sweep_io
+from replay.names import number_repeated_names
 from replay.results import Results
 from traces.record import RequestRecord
 from traces.segments import TraceError
@@ -71,7 +72,7 @@ def collect(paths: Sequence[str | Path], *, with_records: bool = True) -> Report
             names.append(runs[-1].name)
     if not runs:
         raise ReportError("nothing to report: give at least one run directory")
-    _unique(runs)
+    number_repeated_names(runs)
     return ReportData(title="slogate report: " + ", ".join(names), generated_unix=time.time(), runs=runs, sweeps=sweeps)
 
 
@@ -146,15 +147,6 @@ def flatten_sample(obj: dict[str, object]) -> dict[str, float] | None:
         elif isinstance(value, int | float) and not isinstance(value, bool):
             out[key] = float(value)
     return out
-
-
-def _unique(runs: list[RunData]) -> None:
-    seen: dict[str, int] = {}
-    for run in runs:
-        n = seen.get(run.name, 0)
-        seen[run.name] = n + 1
-        if n:
-            run.name = f"{run.name}#{n + 1}"
 
 
 def plots_available() -> bool:

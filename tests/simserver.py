@@ -42,22 +42,19 @@ def start_sim(
         port = free_port() if replicas == 1 else free_ports(replicas)
     cmd = [sys.executable, "-m", "traces.cli", "sim", "--port", str(port), "--gpu", gpu, "--model", model]
     cmd += ["--timing", timing, "--replicas", str(replicas)]
-    if ttft_ms is not None:
-        cmd += ["--ttft-ms", str(ttft_ms)]
-    if itl_ms is not None:
-        cmd += ["--itl-ms", str(itl_ms)]
-    if seed is not None:
-        cmd += ["--seed", str(seed)]
-    if served_model_name is not None:
-        cmd += ["--served-model-name", served_model_name]
-    if max_num_seqs is not None:
-        cmd += ["--max-num-seqs", str(max_num_seqs)]
-    if max_num_batched_tokens is not None:
-        cmd += ["--max-num-batched-tokens", str(max_num_batched_tokens)]
-    if kv_blocks is not None:
-        cmd += ["--kv-blocks", str(kv_blocks)]
-    if fault is not None:
-        cmd += ["--fault", fault]
+    optional = {  # flag -> value; a None value leaves the flag out (the sim's default)
+        "--ttft-ms": ttft_ms,
+        "--itl-ms": itl_ms,
+        "--seed": seed,
+        "--served-model-name": served_model_name,
+        "--max-num-seqs": max_num_seqs,
+        "--max-num-batched-tokens": max_num_batched_tokens,
+        "--kv-blocks": kv_blocks,
+        "--fault": fault,
+    }
+    for flag, value in optional.items():
+        if value is not None:
+            cmd += [flag, str(value)]
     cmd += list(extra_args)
     with running(cmd, port, ready_path="/v1/models", timeout=timeout) as server:
         server.urls = [f"http://127.0.0.1:{port + i}" for i in range(replicas)]  # type: ignore[attr-defined]

@@ -26,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path[:0] = [str(REPO), str(HERE)]
 
+from bench_output import save_json  # noqa: E402
 from gateway_overhead_load import LoadResult, LoadSpec, run  # noqa: E402
 
 from tests.servers import Server, free_port, running  # noqa: E402
@@ -329,10 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     checks = check_targets(results)
     for check, ok in checks.items():
         print(f"  target {check}: {'PASS' if ok else 'MISS'}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
     env = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
            "loadavg_at_start": load_at_start, "loadavg_at_end": os.getloadavg(), "argv": sys.argv}  # fmt: skip
-    args.json.write_text(json.dumps({"environment": env, "results": results, "targets": checks}, indent=2))
+    save_json(args.json, {"environment": env, "results": results, "targets": checks})
     print(f"wrote {args.json}")
     return 0
 

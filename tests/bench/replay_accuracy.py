@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench_output import save_json
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
@@ -69,8 +71,7 @@ def main() -> int:
     for k, v in result.items():
         print(f"  {k:<{width}}  {v:.3f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
     dest = REPO / "tests" / "bench" / "results" / f"replay_accuracy_r{ns.replicas}.json"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(result, indent=2) + "\n")
+    save_json(dest, result)
     print(json.dumps(result))
     return 0
 

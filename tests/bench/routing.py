@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import orjson
+from bench_output import aligned_rows
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,10 +172,7 @@ def fmt(v: object, nd: int = 3) -> str:
 def table(title: str, rows: list[dict], cols: list[tuple[str, str]]) -> str:
     head = [name for name, _ in cols]
     body = [[fmt(r.get(key)) for _, key in cols] for r in rows]
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    lines = [title, "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths, strict=True)) for b in body]
-    return "\n".join(lines)
+    return "\n".join([title, *aligned_rows([head, *body])])
 
 
 MAIN_COLS = [("policy", "policy"), ("offered rps", "offered_rps"), ("n", "requests"), ("fail", "failed"),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import json
 import os
 import re
 import statistics
@@ -20,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 import msgspec
+from bench_output import aligned_rows, save_json
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -190,10 +190,8 @@ def table(title: str, rows: list[dict]) -> None:
     if not rows:
         return
     cols = list(rows[0])
-    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
-    print("  ".join(c.ljust(width[c]) for c in cols))
-    for r in rows:
-        print("  ".join(str(r[c]).ljust(width[c]) for c in cols))
+    for line in aligned_rows([cols, *([str(r[c]) for c in cols] for r in rows)]):
+        print(line)
 
 
 def main() -> int:
@@ -215,8 +213,7 @@ def main() -> int:
     results["emission_500_streams"] = [emission_error(pin=True), emission_error(pin=False)]
     table("real clock: 500 concurrent streams, server-side |actual − scheduled| write time",
           results["emission_500_streams"])  # type: ignore[arg-type]
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(results, indent=2) + "\n")
+    save_json(OUT, results)
     print(f"\nwrote {OUT.relative_to(REPO)}")
     return 0
 
