@@ -248,12 +248,7 @@ class _Exchange:
             try:
                 self.conn, head = await up.exchange(data, no_body=request.method == "HEAD")
             except asyncio.CancelledError:
-                self.wait_ns += perf_counter_ns() - t_up
-                if wd.fired is None:
-                    self._record(None, 499, self._cancel_reason())
-                    raise
-                asyncio.current_task().uncancel()  # type: ignore[union-attr]
-                return self._fail_early(wd.fired, None)
+                return self._cancelled_early(wd, t_up)
             except UpstreamError as exc:
                 self.wait_ns += perf_counter_ns() - t_up
                 if self._retry(outcome_of(status_of(exc.code), exc.code, started=False)):
@@ -303,6 +298,16 @@ class _Exchange:
         self.protocol = self.request.protocol
         return await self._stream(conn, resp, wd, status)
 
+    def _cancelled_early(self, wd: Watchdog, t_wait: int) -> web.Response:
+        """Cancelled before anything reached the client: by the watchdog (a timeout, answered with a
+        JSON error) or because the client left (recorded as 499, cancellation re-raised)."""
+        self.wait_ns += perf_counter_ns() - t_wait
+        if wd.fired is None:
+            self._record(None, 499, self._cancel_reason())
+            raise  # the CancelledError being handled by the caller
+        asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        return self._fail_early(wd.fired, None)
+
     async def _respond_small(self, conn: UpstreamConn, head: Head, wd: Watchdog) -> web.StreamResponse:
         pieces: list[bytes] = []
         t_a = perf_counter_ns()
@@ -310,12 +315,7 @@ class _Exchange:
             conn.stream_to(lambda piece, t: pieces.append(piece))
             await conn.wait_body()
         except asyncio.CancelledError:
-            self.wait_ns += perf_counter_ns() - t_a
-            if wd.fired is None:
-                self._record(None, 499, self._cancel_reason())
-                raise
-            asyncio.current_task().uncancel()  # type: ignore[union-attr]
-            return self._fail_early(wd.fired, None)
+            return self._cancelled_early(wd, t_a)
         except UpstreamError:
             self.wait_ns += perf_counter_ns() - t_a
             return self._fail_early("reset", self.upstream.name)
