@@ -2,19 +2,25 @@
 
 Parses options into a `Workload` (replay.source / replay.profiles + replay.workload transforms)
 and `ReplayOptions`, runs `replay.run`, writes `replay.outputs`. User mistakes raise `UsageError`
-(one line, exit 2); this module holds no measurement logic.
+(one line, exit 2); an interrupted run writes its results, then exits 130 (SIGINT) / 143 (SIGTERM).
+This module holds no measurement logic.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from replay import workload as wl
 from traces.cli import UsageError
+
+if TYPE_CHECKING:
+    from replay.results import RunSummary
 
 EXAMPLES = """examples:
   # 10 minutes of a production trace at 10x speed against a vLLM server
@@ -31,6 +37,12 @@ EXAMPLES = """examples:
   # distributed: 3 machines, each every 3rd request, all starting at the same wall-clock second
   slogate replay trace.csv --shard 0/3 --start-at $(( $(date +%s) + 30 )) --target http://lb:8000 --out shard0
   slogate merge shard0 shard1 shard2 -o merged
+
+interrupting a run (Ctrl-C or SIGTERM):
+  no new request is sent; requests in flight get --drain-timeout (default 5s) to finish, then are
+  cancelled (recorded with status 499, error "interrupted"); a second Ctrl-C cancels them at once.
+  The results are written as usual, with summary.interrupted = true and planned/sent/cancelled/not-sent
+  counts. Exit status 130 (SIGINT) or 143 (SIGTERM). --virtual runs are not interruptible this way.
 """
 
 
@@ -87,6 +99,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--label", action="append", default=[], help="K=V environment label (repeatable): gpu=H100")
     s.add_argument("--scrape-metrics", nargs="?", const="1", help="sample the target's /metrics every N s (default 1) into DIR/metrics.jsonl")
     s.add_argument("--no-chunk-times", action="store_true", help="do not store every chunk time (smaller requests file)")
+    s.add_argument("--drain-timeout", default="5s", help="on Ctrl-C/SIGTERM: how long requests in flight may finish "
+                   "before they are cancelled (default 5s; a second Ctrl-C cancels at once)")
     s.add_argument("--quiet", action="store_true", help="no progress display and no console table")
     return p
 
@@ -178,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ns = parser().parse_args(argv)
     from replay.forcing import choose
+    from replay.interrupt import Interrupted, deferred
     from replay.run import ReplayOptions, replay
     from traces.slo import SloError, parse_slo
 
@@ -200,11 +215,31 @@ def main(argv: list[str] | None = None) -> int:
         out_dir=str(out), start_at=ns.start_at, shard=ns.shard,
         progress=not ns.quiet and sys.stdout.isatty() and not ns.virtual,
         command=["slogate", "replay", *argv], trace=trace_path, trace_digest=digest,
-        keep_chunk_times=not ns.no_chunk_times,
+        keep_chunk_times=not ns.no_chunk_times, drain_timeout_s=_seconds(ns.drain_timeout, "--drain-timeout"),
     )
-    result = replay(w, options)
-    write_outputs(result, out, console=not ns.quiet)
-    return 0
+    try:
+        result = replay(w, options)
+    except Interrupted as exc:
+        print(f"slogate replay: interrupted ({signal.Signals(exc.signum).name}) before any request was sent; "
+              "nothing written", file=sys.stderr, flush=True)
+        raise SystemExit(128 + exc.signum) from None
+    with deferred() as late:  # a signal now would only leave half-written files: finish writing first
+        write_outputs(result, out, console=not ns.quiet)
+    signum = result.signal or (late[0] if late else None)
+    if signum is None:
+        return 0
+    if result.signal is not None:
+        print(interrupted_line(result.results.summary, signum, out), file=sys.stderr, flush=True)
+    # SystemExit, not a returned status: an in-process caller (slogate sweep) stops too, as on Ctrl-C
+    raise SystemExit(128 + signum)
+
+
+def interrupted_line(summary: RunSummary, signum: int, out: Path) -> str:
+    planned = "?" if summary.planned_requests is None else str(summary.planned_requests)
+    return (f"slogate replay: INTERRUPTED by {signal.Signals(signum).name}: {summary.sent_requests} of {planned} "
+            f"planned requests sent ({summary.cancelled_requests} cancelled in flight), "
+            f"{'?' if summary.not_sent_requests is None else summary.not_sent_requests} not sent; "
+            f"results written to {out}")
 
 
 def write_outputs(result, out: Path, *, console: bool = True) -> None:

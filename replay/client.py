@@ -13,6 +13,7 @@ import time
 import msgspec
 
 from replay.http import HttpError, Pool
+from replay.interrupt import INTERRUPTED_ERROR, INTERRUPTED_STATUS
 from traces.observer import StreamObserver
 from traces.record import RequestRecord
 
@@ -68,12 +69,22 @@ async def complete(pool: Pool, cfg: ClientConfig, f: InFlight) -> RequestRecord:
                                    keep_chunk_times=cfg.keep_chunk_times)
             f.pending = pool.begin(f.endpoint, f.body, f.obs.feed)
             continue
-        record = f.obs.finish(time.perf_counter_ns(), status=status, error=error)
-        record.lag = (f.t_send - f.intended_ns) * 1e-9
-        record.model = cfg.model
-        if record.chunk_times:
-            record.chunk_times = [round(c, 6) for c in record.chunk_times]
-        return record
+        return _record(cfg, f, status, error)
+
+
+def interrupted(cfg: ClientConfig, f: InFlight) -> RequestRecord:
+    """The record of a request cancelled by an interrupted run (Ctrl-C): what arrived until now, marked
+    failed with status 499 and error "interrupted"; its connection was closed by the cancellation."""
+    return _record(cfg, f, INTERRUPTED_STATUS, INTERRUPTED_ERROR)
+
+
+def _record(cfg: ClientConfig, f: InFlight, status: int, error: str | None) -> RequestRecord:
+    record = f.obs.finish(time.perf_counter_ns(), status=status, error=error)
+    record.lag = (f.t_send - f.intended_ns) * 1e-9
+    record.model = cfg.model
+    if record.chunk_times:
+        record.chunk_times = [round(c, 6) for c in record.chunk_times]
+    return record
 
 
 async def send(pool: Pool, cfg: ClientConfig, body: bytes, *, intended_ns: int, endpoint: str | None = None,

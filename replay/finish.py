@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from replay import measure
+from replay.interrupt import INTERRUPTED_ERROR
 from replay.results import Environment, Results, RunSummary, summarize_run
 from replay.worker import Item
 from replay.workload import Workload
@@ -62,3 +63,12 @@ def collect(items: list[Item], workload: Workload, env: Environment, *, slos: Se
     header = TraceHeader(slogate_version=__version__, start_unix=env.start_unix, block_size=workload.block_size,
                          block_unit="tokens", tokens_source=None, slos=env.slo, source="replay")
     return Results(environment=env, summary=summary), records, header
+
+
+def mark_interrupted(summary: RunSummary, items: list[Item], *, planned: int | None) -> None:
+    """An interrupted run's summary: planned vs sent vs cancelled (every sent request is an item)."""
+    summary.interrupted = True
+    summary.planned_requests = planned
+    summary.sent_requests = len(items)
+    summary.cancelled_requests = sum(it[3].error == INTERRUPTED_ERROR for it in items)
+    summary.not_sent_requests = None if planned is None else max(planned - len(items), 0)

@@ -226,6 +226,10 @@ class Pool:
                 if conn.transport is not None:
                     conn.transport.close()
                 raise HttpError("timeout") from None
+            except asyncio.CancelledError:  # an interrupted run: the server sees the client go
+                if conn.transport is not None:
+                    conn.transport.close()
+                raise
             except HttpError:
                 if reused and not conn.got_bytes and attempt == 0:
                     p.conn = p.fut = None  # a stale keep-alive connection: once more on a fresh one

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from replay.results import Results, load
+from replay.results import Results, RunSummary, load
 from traces.cli import UsageError
 from traces.record import RequestRecord, TraceHeader
 from traces.slo import Slo, parse_slo
@@ -61,5 +61,22 @@ def merge_dirs(dirs: list[str | Path]) -> Merged:
     summary.input_token_drift = max(drifts_in) if drifts_in else None
     summary.output_token_drift = max(drifts_out) if drifts_out else None
     summary.warmup_requests = sum(r.summary.warmup_requests for r, _, _ in runs)
+    _merge_interrupted(summary, [r.summary for r, _, _ in runs])
     header = msgspec.structs.replace(runs[0][1], start_unix=base)
     return Merged(results=Results(environment=env, summary=summary, point=first.point), records=records, header=header)
+
+
+def _merge_interrupted(summary: RunSummary, shards: list[RunSummary]) -> None:
+    """Interrupted if any shard was; the counts are sums (a shard that ran to the end sent its whole plan)."""
+    if not any(s.interrupted for s in shards):
+        return
+    summary.interrupted = True
+    for name in ("planned_requests", "sent_requests", "cancelled_requests", "not_sent_requests"):
+        values = [getattr(s, name) if s.interrupted else _whole(s, name) for s in shards]
+        setattr(summary, name, None if None in values else sum(values))
+
+
+def _whole(shard: RunSummary, name: str) -> int | None:
+    """A shard that was not interrupted: everything planned was sent, nothing cancelled."""
+    sent = shard.requests + shard.warmup_requests
+    return {"planned_requests": sent, "sent_requests": sent, "cancelled_requests": 0, "not_sent_requests": 0}[name]

@@ -81,6 +81,11 @@ class RunSummary(msgspec.Struct, omit_defaults=False):
     send_rate_rps: float | None = None  # requests actually sent per second (vs offered_rate_rps)
     lag_bound_s: float | None = None  # the schedule-lag p99 bound that marks a run degraded
     warmup_requests: int = 0  # sent before the measured requests and excluded from every figure
+    interrupted: bool = False  # stopped by Ctrl-C/SIGTERM: in-flight requests drained then cancelled, the rest not sent
+    planned_requests: int | None = None  # interrupted runs: requests in the schedule (warmup included; None: closed loop for a duration)
+    sent_requests: int | None = None  # interrupted runs: requests sent (= requests + warmup_requests)
+    cancelled_requests: int | None = None  # interrupted runs: sent but cancelled after the drain (status 499, error "interrupted")
+    not_sent_requests: int | None = None  # interrupted runs: planned_requests − sent_requests
     cost_per_hour_usd: float | None = None
     cost_per_million_output_tokens: float | None = None
     cost_per_1k_requests: float | None = None

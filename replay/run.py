@@ -1,7 +1,8 @@
 """One replay run: target → calibration → paced sending (in-process or worker processes) → Results.
 
 `run_replay(workload, options)` orchestrates; sending happens in `replay.worker`, prompt text in
-`replay.prompts`, numbers in `replay.results`/`replay.measure`. Never writes files except the
+`replay.prompts`, numbers in `replay.results`/`replay.measure`, Ctrl-C in `replay.interrupt` (a
+live run interrupted while sending still returns its results). Never writes files except the
 scrape series (outputs are `replay.outputs`); never records the API key.
 """
 
@@ -20,6 +21,7 @@ import msgspec
 from replay import finish, measure
 from replay.client import ClientConfig
 from replay.forcing import Forcing, choose
+from replay.interrupt import Interrupt, Interrupted
 from replay.prompts import WORDS, PromptPlan, calibrate
 from replay.results import Environment, Results
 from replay.target import Probe, parse_target, probe, start_sim
@@ -64,6 +66,7 @@ class ReplayOptions(msgspec.Struct, kw_only=True):
     trace: str | None = None
     trace_digest: str | None = None
     keep_chunk_times: bool = True
+    drain_timeout_s: float = 5.0  # after Ctrl-C/SIGTERM: how long requests in flight may finish before cancel
 
 
 class RunOutput(msgspec.Struct):
@@ -72,6 +75,7 @@ class RunOutput(msgspec.Struct):
     header: TraceHeader
     client_cpu_s: float = 0.0
     sim_stats: dict[str, float] | None = None
+    signal: int | None = None  # the signal that interrupted the run (results.summary.interrupted)
 
 
 def endpoint_path(name: str) -> str:
@@ -107,30 +111,48 @@ async def run_replay(workload: Workload, options: ReplayOptions) -> RunOutput:
     if not workload.requests:
         raise UsageError("the workload is empty: check --window/--sample/--max-requests/--duration")
     path = endpoint_path(options.endpoint)
+    if options.virtual:
+        return _run_virtual(workload, options, path)
+    interrupt = Interrupt(options.drain_timeout_s)
+    try:
+        with interrupt.installed():
+            return await _run_live(workload, options, path, interrupt)
+    except asyncio.CancelledError:
+        if interrupt.signum is None or interrupt.sending_began:
+            raise
+        raise Interrupted(interrupt.signum) from None
+
+
+def _run_virtual(workload: Workload, options: ReplayOptions, path: str) -> RunOutput:
+    spec = parse_target(options.target)
+    if spec.sim is None:
+        raise UsageError("--virtual needs a simulated target: --target sim:GPU/MODEL")
+    from replay.virtual import run_virtual
+
+    t_wall = time.time()
+    items, stats = run_virtual(workload, spec.sim, endpoint=path, model=options.model or spec.sim.get("model"))
+    env = _environment(options, workload, Probe(models=[spec.sim.get("model", "")], kind="slogate-sim"),
+                       Forcing("exact (virtual)"), "virtual", t_wall, workers=0)
+    env.clock = "virtual"
+    return _output(items, workload, options, env, cpu=0.0, sim_stats=stats)
+
+
+async def _run_live(workload: Workload, options: ReplayOptions, path: str, interrupt: Interrupt) -> RunOutput:
+    """Real-clock run over HTTP: one URL, several replicas (comma-separated), or a sim started here."""
     if "," in options.target and not options.target.startswith("sim:"):
         urls = [parse_target(t.strip()).url for t in options.target.split(",") if t.strip()]
-        return await _run_http(workload, options, urls[0], path, started=False, replicas=[u for u in urls if u])
+        return await _run_http(workload, options, urls[0], path, started=False, interrupt=interrupt,
+                               replicas=[u for u in urls if u])
     spec = parse_target(options.target)
-    if options.virtual:
-        if spec.sim is None:
-            raise UsageError("--virtual needs a simulated target: --target sim:GPU/MODEL")
-        from replay.virtual import run_virtual
-
-        t_wall = time.time()
-        items, stats = run_virtual(workload, spec.sim, endpoint=path, model=options.model or spec.sim.get("model"))
-        env = _environment(options, workload, Probe(models=[spec.sim.get("model", "")], kind="slogate-sim"),
-                           Forcing("exact (virtual)"), "virtual", t_wall, workers=0)
-        env.clock = "virtual"
-        return _output(items, workload, options, env, cpu=0.0, sim_stats=stats)
     if spec.sim is not None:
         with start_sim(spec.sim) as url:
-            return await _run_http(workload, options, url, path, started=True)
+            return await _run_http(workload, options, url, path, started=True, interrupt=interrupt)
     assert spec.url is not None
-    return await _run_http(workload, options, spec.url, path, started=False)
+    return await _run_http(workload, options, spec.url, path, started=False, interrupt=interrupt)
 
 
 async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: str, *, started: bool,
-                    replicas: list[str] | None = None) -> RunOutput:
+                    interrupt: Interrupt, replicas: list[str] | None = None) -> RunOutput:
     """HTTP run; with several `replicas` (comma-separated --target) worker i sends to replica i mod n."""
     headers = dict(options.headers)
     if options.api_key:
@@ -185,12 +207,13 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
         if progress is not None:
             side.append(asyncio.create_task(progress.run(start)))
 
+    interrupt.sending_began = True
     try:
         if workers == 1 and progress is None and not (replicas and len(replicas) > 1):
             start = start_at()
             start_side(start)
             wspec.concurrency = workload.concurrency
-            await run_share(wspec, workload.requests, start, on_items)
+            await run_share(wspec, workload.requests, start, on_items, interrupt.stop)
             cpu = time.process_time() - cpu0
         else:
             from replay.pool import run_pool
@@ -204,7 +227,7 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
                 start_side(s)
                 return s
 
-            start, cpu = await run_pool(wspecs, shares, start_and_side, on_items)
+            start, cpu = await run_pool(wspecs, shares, start_and_side, on_items, interrupt.stop)
     finally:
         for task in side:
             task.cancel()
@@ -216,7 +239,7 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
     env = _environment(options, workload, info, forcing, plan.tokenizer + ("" if plan.exact else " (inexact)"),
                        start_wall, workers=workers)
     env.models = info.models
-    return _output(items, workload, options, env, cpu=cpu)
+    return _output(items, workload, options, env, cpu=cpu, signum=interrupt.signum)
 
 
 def _shares(workload: Workload, workers: int, wspec: WorkerSpec) -> tuple[list, list[WorkerSpec]]:
@@ -283,7 +306,15 @@ def _environment(options: ReplayOptions, workload: Workload, info: Probe, forcin
 
 
 def _output(items: list[Item], workload: Workload, options: ReplayOptions, env: Environment, *, cpu: float,
-            sim_stats: dict[str, float] | None = None) -> RunOutput:
+            sim_stats: dict[str, float] | None = None, signum: int | None = None) -> RunOutput:
     results, records, header = finish.collect(items, workload, env, slos=options.slos, cost_per_hour=options.cost_per_hour,
                                               lag_bound_s=options.lag_bound_s)
-    return RunOutput(results=results, records=records, header=header, client_cpu_s=cpu, sim_stats=sim_stats)
+    if signum is not None:
+        finish.mark_interrupted(results.summary, items, planned=_planned(workload))
+    return RunOutput(results=results, records=records, header=header, client_cpu_s=cpu, sim_stats=sim_stats,
+                     signal=signum)
+
+
+def _planned(workload: Workload) -> int | None:
+    """Requests the schedule held (warmup included); None for a closed loop cycling until --duration."""
+    return None if workload.concurrency and workload.duration_s is not None else len(workload.requests)

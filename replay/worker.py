@@ -1,8 +1,9 @@
 """A sending worker: paces its share of the schedule (or keeps C in flight) and collects records.
 
 Runs in the orchestrator's process for low rates, or one per child process (own uvloop, own
-aiohttp session) when the rate needs several senders. Never summarizes, never writes files;
-records go out through `emit` in batches, joined to their plan by index.
+aiohttp session) when the rate needs several senders. Follows a `Stop` (Ctrl-C): sends nothing more,
+drains, then cancels what is in flight, each cancelled request still a record. Never summarizes,
+never writes files; records go out through `emit` in batches, joined to their plan by index.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import orjson
 from replay import client
 from replay.client import ClientConfig, InFlight, complete, new_pool
 from replay.forcing import Forcing
+from replay.interrupt import Stop
 from replay.pacer import pace
 from replay.prompts import PromptBuilder, PromptPlan
 from replay.workload import PlannedRequest
@@ -76,8 +78,12 @@ class Collector:
             self.flush()
 
 
-async def run_share(spec: WorkerSpec, share: list[PlannedRequest], start: float, emit: Emit) -> None:
-    """Send this worker's share: open loop on `start + req.t`, or closed loop when `concurrency`."""
+async def run_share(spec: WorkerSpec, share: list[PlannedRequest], start: float, emit: Emit,
+                    stop: Stop | None = None) -> None:
+    """Send this worker's share: open loop on `start + req.t`, or closed loop when `concurrency`.
+    With `stop`: once `stop.sending` is set nothing more is sent; once `stop.cancel` is set the
+    requests in flight are cancelled (recorded as interrupted)."""
+    stop = stop or Stop()
     builder = PromptBuilder(spec.plan)
     collector = Collector(emit)
     flusher = asyncio.create_task(collector.run())
@@ -93,8 +99,11 @@ async def run_share(spec: WorkerSpec, share: list[PlannedRequest], start: float,
 
         async def one(req: PlannedRequest, intended_ns: int, sent: InFlight | None = None) -> None:
             collector.in_flight += 1
+            f = sent or begin(req, intended_ns)
             try:
-                record = await complete(pool, spec.client, sent or begin(req, intended_ns))
+                record = await complete(pool, spec.client, f)
+            except asyncio.CancelledError:  # only `_drain` cancels a request: record it, end normally
+                record = client.interrupted(spec.client, f)
             finally:
                 collector.in_flight -= 1
             record.t = req.t if spec.concurrency is None else (intended_ns * 1e-9 - start)
@@ -111,32 +120,66 @@ async def run_share(spec: WorkerSpec, share: list[PlannedRequest], start: float,
         def prepare(req: PlannedRequest) -> None:
             bodies[req.index] = request_body(builder, spec, req)
 
-        if spec.concurrency is None:
+        if stop.sending.is_set():
+            pass  # stopped before the start: nothing is sent
+        elif spec.concurrency is None:
             deadline = None if spec.duration_s is None else start + spec.duration_s
-            await pace(share, start, lambda r: r.t, fire, prepare=prepare,
-                       stopped=(lambda: time.perf_counter() >= deadline) if deadline else None)
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+            pacer = asyncio.create_task(pace(share, start, lambda r: r.t, fire, prepare=prepare,
+                                             stopped=(lambda: time.perf_counter() >= deadline) if deadline else None))
+            await _until_done_or(pacer, stop.sending)
+            await _drain(set(tasks), stop.cancel)
         else:
             from replay.pacer import sleep_until
 
-            await sleep_until(start)
             source = _cycle(share, spec.duration_s is not None)
             stop_at = None if spec.duration_s is None else start + spec.duration_s
 
             async def slot() -> None:
                 for req in source:
-                    if stop_at is not None and time.perf_counter() >= stop_at:
+                    if stop.sending.is_set() or (stop_at is not None and time.perf_counter() >= stop_at):
                         return
                     await one(req, time.perf_counter_ns())
 
-            await asyncio.gather(*(slot() for _ in range(spec.concurrency)))
+            if await _until_done_or(asyncio.create_task(sleep_until(start)), stop.sending):
+                await _drain({asyncio.create_task(slot()) for _ in range(spec.concurrency)}, stop.cancel)
     finally:
         pool.close()
     flusher.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await flusher
     collector.flush()
+
+
+async def _until_done_or(task: asyncio.Task, event: asyncio.Event) -> bool:
+    """Wait for `task`, or cancel it when `event` is set first; True when the task ran to its end."""
+    waiter = asyncio.create_task(event.wait())
+    try:
+        await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return False
+    task.result()  # a failure of the pacer is a bug: raise it
+    return True
+
+
+async def _drain(tasks: set[asyncio.Task], cancel: asyncio.Event) -> None:
+    """Wait for the requests in flight; when `cancel` is set first, cancel the rest (each records itself)."""
+    if not tasks:
+        return
+    everything = asyncio.gather(*tasks, return_exceptions=True)
+    waiter = asyncio.create_task(cancel.wait())
+    try:
+        await asyncio.wait((everything, waiter), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if not everything.done():
+        for task in tasks:
+            task.cancel()
+    await everything
 
 
 def _cycle(share: list[PlannedRequest], forever: bool) -> Iterator[PlannedRequest]:

@@ -18,7 +18,8 @@ def _ms(x: float | None) -> str:
 
 def rows(results: Results) -> list[tuple[str, str]]:
     s, env = results.summary, results.environment
-    out = [
+    out = [("INTERRUPTED", _interrupted(results))] if s.interrupted else []
+    out += [
         ("server / clock", f"{env.server_kind or '-'} {env.server_version or ''} / {env.clock}".strip()),
         ("prompts / output forcing", f"{env.tokenizer or '-'} / {env.output_forcing or '-'}"
          + ("  (output length NOT forced: see drift)" if env.output_forcing == "none" else "")),
@@ -39,6 +40,14 @@ def rows(results: Results) -> list[tuple[str, str]]:
         out.append(("$/1k requests (goodput)", f"{_f(s.cost_per_1k_requests)} ({_f(s.goodput_cost_per_1k_requests)})"))
     out.append(("degraded", "no" if not s.degraded else "YES: " + "; ".join(s.degraded_reasons)))
     return out
+
+
+def _interrupted(results: Results) -> str:
+    s = results.summary
+    planned = "?" if s.planned_requests is None else s.planned_requests
+    not_sent = "?" if s.not_sent_requests is None else s.not_sent_requests
+    return (f"yes (Ctrl-C/SIGTERM): {s.sent_requests} of {planned} planned requests sent, "
+            f"{s.cancelled_requests} cancelled in flight, {not_sent} not sent")
 
 
 def _f(x: float | None) -> str:
