@@ -19,7 +19,7 @@ from replay.sim.catalog import GPUS, MODELS, PRECISIONS, Gpu, Model
 from replay.sim.config import SimConfig, build
 from replay.sim.faults import FaultConfig, parse_fault_config
 from replay.sim.server import ServerOptions
-from replay.sim.steptime import LinearCoefficients
+from replay.sim.steptime import LinearCoefficients, fit_linear, read_step_samples
 from traces.cli import UsageError
 from traces.fdtable import reserve_fds
 
@@ -28,6 +28,7 @@ examples:
   slogate sim --port 8000 --gpu h100-sxm --model llama-3-8b
   slogate sim --port 8000 --gpu a100-80g --model llama-3-70b --tp 4 --dtype fp8
   slogate sim --port 8000 --timing constant --ttft-ms 50 --itl-ms 10      # fixed timings
+  slogate sim --port 8000 --linear-fit steps.csv       # step time fitted to measured engine steps
   slogate sim --port 8000 --replicas 4                                   # ports 8000-8003
   slogate sim --port 8000 --kv-blocks 200 --max-num-seqs 64              # force preemptions
   slogate sim --port 8000 --fault error_rate=0.05 --fault dead=30:40 --fault slowdown=60:90:3
@@ -68,6 +69,8 @@ def parser() -> argparse.ArgumentParser:
     a("--ttft-ms", type=float, help="constant timing: time to first token")
     a("--itl-ms", type=float, help="constant timing: gap between tokens")
     a("--linear", help="linear timing coefficients A,B,C,D: step ms = A + B·tokens + C·seqs + D·kv_tokens")
+    a("--linear-fit", metavar="CSV", help="linear timing fitted (least squares) to measured engine steps: a CSV "
+      "with columns new_tokens,seqs,kv_tokens,step_ms")
     a("--max-num-seqs", type=int, help="max running requests (vLLM default by card)")
     a("--max-num-batched-tokens", type=int, help="token budget per step (vLLM default by card)")
     a("--max-model-len", type=int, help="context limit (default: the model's)")
@@ -130,6 +133,14 @@ def configure(argv: list[str]) -> tuple[SimConfig, ServerOptions, FaultConfig]:
             raise UsageError(f"bad --linear {ns.linear!r}; expected four numbers A,B,C,D (ms)") from None
         sim["linear"] = LinearCoefficients(a, b, c, d)
         sim.setdefault("timing", "linear")
+    if ns.linear_fit:
+        if ns.linear:
+            raise UsageError("give either --linear A,B,C,D or --linear-fit CSV, not both")
+        sim["linear"] = fit_linear(read_step_samples(ns.linear_fit))
+        sim.setdefault("timing", "linear")
+    if (ns.linear or ns.linear_fit) and sim["timing"] != "linear":
+        raise UsageError(f"--linear/--linear-fit set a linear step model but --timing is {sim['timing']}; "
+                         "drop --timing or use --timing linear")
     if ns.gpu_set:
         sim["gpu_set"] = _kv(ns.gpu_set, "--gpu-set")
     if ns.model_set:
@@ -178,6 +189,10 @@ async def serve(config: SimConfig, opts: ServerOptions, faults: FaultConfig) -> 
           f"max_num_batched_tokens={spec.max_num_batched_tokens}, "
           f"listening on http://{opts.host}:{opts.port}" + (f"-{opts.port + config.replicas - 1}"
                                                           if config.replicas > 1 else ""), flush=True)
+    if config.timing == "linear" and config.linear is not None:
+        c = config.linear
+        print(f"slogate sim: step ms = {c.a_ms:.4g} + {c.b_ms:.4g}·new_tokens + {c.c_ms:.4g}·seqs + "
+              f"{c.d_ms:.4g}·kv_tokens", flush=True)
     reserve_fds()  # fd-table growth stalls the loop for ms: do it before the first stream
     pacer.install()  # garbage collection only in idle time: no pauses in the middle of a token pass
     stop = asyncio.Event()

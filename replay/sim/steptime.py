@@ -109,6 +109,30 @@ def fit_linear(samples: Sequence[tuple[int, int, int, float]]) -> LinearCoeffici
     return LinearCoefficients(a_ms=x[0], b_ms=x[1], c_ms=x[2], d_ms=x[3])
 
 
+SAMPLE_COLUMNS = ("new_tokens", "seqs", "kv_tokens", "step_ms")
+
+
+def read_step_samples(path: str) -> list[tuple[int, int, int, float]]:
+    """Measured steps from a CSV with the columns new_tokens,seqs,kv_tokens,step_ms (header required)."""
+    import csv
+
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as exc:
+        raise UsageError(f"cannot read --linear-fit {path}: {exc.strerror}") from None
+    if not rows or any(c not in rows[0] for c in SAMPLE_COLUMNS):
+        raise UsageError(f"--linear-fit {path}: expected a CSV header with {','.join(SAMPLE_COLUMNS)}")
+    out = []
+    for line, row in enumerate(rows, start=2):
+        try:
+            out.append((int(row["new_tokens"]), int(row["seqs"]), int(row["kv_tokens"]), float(row["step_ms"])))
+        except (TypeError, ValueError):
+            raise UsageError(f"--linear-fit {path} line {line}: expected integers and step_ms in ms, "
+                             f"got {[row.get(c) for c in SAMPLE_COLUMNS]}") from None
+    return out
+
+
 def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     n = len(b)
     aug = [[*row, b[i]] for i, row in enumerate(a)]
