@@ -7,7 +7,7 @@ Never touches the network or the wall clock beyond timing itself.
 
 from __future__ import annotations
 
-from replay.worker import Item
+from replay.worker import REPEAT_INDEX_STEP, Item
 from replay.workload import Workload
 
 
@@ -23,12 +23,16 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
                    hash_block_tokens=p.block_size or workload.block_size, id=p.index)
         for p in workload.requests
     ]
-    if workload.concurrency:
-        run = closed_loop(reqs, workload.concurrency, config)
+    if workload.concurrency:  # with --duration the share repeats until then, as a live closed loop does
+        run = closed_loop(reqs, workload.concurrency, config, duration=workload.duration_s)
     else:
         run = run_virtual(reqs, config)
     items: list[Item] = []
-    for plan, res in zip(workload.requests, run.results, strict=True):
+    repeats = [0] * len(workload.requests)
+    for res in run.results:
+        plan = workload.requests[res.index]
+        index = plan.index + repeats[res.index] * REPEAT_INDEX_STEP  # fresh index per repeat (worker._cycle)
+        repeats[res.index] += 1
         rec = res.to_record(endpoint=endpoint, model=model)
         rec.t = res.arrival
         rec.lag = 0.0
@@ -37,7 +41,7 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
         rec.session = plan.session
         if res.token_times:
             rec.chunk_times = [round(x - res.arrival, 9) for x in res.token_times]
-        items.append((plan.index, plan.input_tokens, plan.warmup, rec))
+        items.append((index, plan.input_tokens, plan.warmup, rec))
     s = run.stats
     stats = {"preemptions": s.preemptions, "prefix_queries_tokens": s.prefix_queries_tokens,
              "prefix_hits_tokens": s.prefix_hits_tokens, "wall_s": s.wall_s, "kv_blocks": s.kv_blocks}

@@ -182,13 +182,16 @@ async def _drain(tasks: set[asyncio.Task], cancel: asyncio.Event) -> None:
     await everything
 
 
+REPEAT_INDEX_STEP = 1_000_000_000  # a closed loop running for a duration: repeat k of request i is i + k·this
+
+
 def _cycle(share: list[PlannedRequest], forever: bool) -> Iterator[PlannedRequest]:
     """The share once, or repeated with fresh indexes (index + k·10⁹) when running for a duration."""
     n = len(share)
     k = 0
     while True:
         for r in share:
-            yield r if k == 0 else msgspec.structs.replace(r, index=r.index + k * 1_000_000_000,
+            yield r if k == 0 else msgspec.structs.replace(r, index=r.index + k * REPEAT_INDEX_STEP,
                                                               seed_key=r.index + k * (1 << 32))
         k += 1
         if not forever or n == 0:

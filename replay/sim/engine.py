@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 import math
 import random
 import time
@@ -258,16 +259,22 @@ def _plan(requests: Sequence[SimRequest], config: SimConfig, spec: EngineSpec
     reqs: list[SimReq] = []
     results: list[SimResult] = []
     for i, r in enumerate(requests):
-        cap = r.max_tokens or max(1, spec.max_model_len - r.prompt_tokens)
-        out = r.output_tokens if r.output_tokens is not None else output_length(
-            rng, config.output_median_tokens, cap)
-        hashes = hash_ids_to_blocks(r.hash_ids, r.hash_block_tokens or config.hash_block_tokens,
-                                    r.prompt_tokens) if r.hash_ids else []
-        res = SimResult(index=i, id=r.id, arrival=r.arrival, prompt_tokens=r.prompt_tokens,
-                        output_tokens=out, token_times=[])
-        reqs.append(SimReq(i, r.arrival, r.prompt_tokens, out, hashes, res.token_times.append))
+        req, res = _plan_one(i, r, rng, config, spec)
+        reqs.append(req)
         results.append(res)
     return reqs, results
+
+
+def _plan_one(i: int, r: SimRequest, rng: random.Random, config: SimConfig, spec: EngineSpec
+              ) -> tuple[SimReq, SimResult]:
+    """Engine request and its (empty) result for input `i`: drawn output length, KV block hashes."""
+    cap = r.max_tokens or max(1, spec.max_model_len - r.prompt_tokens)
+    out = r.output_tokens if r.output_tokens is not None else output_length(rng, config.output_median_tokens, cap)
+    hashes = hash_ids_to_blocks(r.hash_ids, r.hash_block_tokens or config.hash_block_tokens,
+                                r.prompt_tokens) if r.hash_ids else []
+    res = SimResult(index=i, id=r.id, arrival=r.arrival, prompt_tokens=r.prompt_tokens, output_tokens=out,
+                    token_times=[])
+    return SimReq(i, r.arrival, r.prompt_tokens, out, hashes, res.token_times.append), res
 
 
 def _finish(results: list[SimResult], reqs: list[SimReq], engines: list[Engine], wall: float) -> SimRun:
@@ -326,23 +333,34 @@ def simulate(requests: Sequence[SimRequest], config: SimConfig | None = None) ->
     return run_virtual(requests, config).results
 
 
-def closed_loop(requests: Sequence[SimRequest], concurrency: int, config: SimConfig | None = None) -> SimRun:
+def closed_loop(requests: Sequence[SimRequest], concurrency: int, config: SimConfig | None = None, *,
+                duration: float | None = None) -> SimRun:
     """Closed loop: `concurrency` requests in flight; each finish sends the next one at once.
 
-    Arrival times in `requests` are ignored (they become the release times). One replica.
+    Arrival times in `requests` are ignored (they become the release times). One replica. With
+    `duration` (virtual seconds) the requests repeat until then and nothing is sent at or after it;
+    results are in send order (`SimResult.index` = position in `requests`, repeated per cycle).
     """
     config = config or SimConfig()
     wall = time.perf_counter()
     spec, engines = _engines(msgspec.structs.replace(config, replicas=1))
     engine = engines[0]
-    reqs, results = _plan(requests, config, spec)
-    queue = list(range(len(reqs)))[::-1]
+    rng = random.Random(config.seed)
+    reqs: list[SimReq] = []
+    results: list[SimResult] = []
+    source = itertools.cycle(enumerate(requests)) if duration is not None else iter(enumerate(requests))
 
     def release(t: float) -> None:
-        while queue:
-            i = queue.pop()
-            req, res = reqs[i], results[i]
+        if duration is not None and t >= duration:
+            return
+        for skipped, (i, r) in enumerate(source):
+            if duration is not None and skipped >= len(requests):
+                return  # a whole cycle too long for the engine: nothing left that can run
+            req, res = _plan_one(i, r, rng, config, spec)
+            req.uid = len(reqs)
             req.arrival = res.arrival = t
+            reqs.append(req)
+            results.append(res)
             if not _too_long(res, spec, engine):
                 req.on_finish = lambda _r, t_end: release(t_end)
                 engine.submit(req)

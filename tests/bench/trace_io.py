@@ -26,6 +26,7 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO))
 
 import msgspec  # noqa: E402
+from bench_output import save_json  # noqa: E402
 
 from traces import formats  # noqa: E402
 from traces.anonymize import PrefixHasher  # noqa: E402
@@ -42,9 +43,12 @@ def best_of(repeat: int, fn: Callable[[], object]) -> tuple[float, float, object
     """Fastest wall and CPU time of `repeat` runs (GC collected before each) and the last result.
 
     CPU time is reported too because the machine may be shared: wall time then overstates the cost.
+    The previous run's result is dropped before the next run, so a run never pays for holding two
+    copies (on a VM, memory beyond what the guest recently used costs several times more to fault in).
     """
     best_wall, best_cpu, result = float("inf"), float("inf"), None
     for _ in range(repeat):
+        result = None
         gc.collect()
         w0, c0 = time.perf_counter(), time.process_time()
         result = fn()
@@ -75,27 +79,32 @@ def generated(n: int, seed: int = 1) -> list[RequestRecord]:
     return out
 
 
-def bench_trace(name: str, header: TraceHeader, records: list[RequestRecord], workdir: Path, repeat: int) -> dict:
+def write_trace(name: str, header: TraceHeader, records: list[RequestRecord], workdir: Path) -> dict:
+    """Write the records as one segment; the row's file and line figures (reading is timed by `read_back`)."""
     path = workdir / f"{name}.jsonl.zst"
     write_s, _, _ = best_of(1, lambda: write_segment(path, header, records))
-    read_s, read_cpu, trace = best_of(repeat, lambda: read_trace(path))
-    assert len(trace.records) == len(records)
-    stats_s, stats_cpu, stats = best_of(repeat, lambda: trace_stats(trace.records))
     n = len(records)
     line_bytes = sum(len(line) for line in encode_records(records[:10_000]).split(b"\n")) / min(n, 10_000)
     return {
         "trace": name,
+        "path": str(path),
         "records": n,
         "file_bytes": path.stat().st_size,
         "line_bytes_mean": line_bytes,
         "hash_ids_mean": sum(len(r.hash_ids or ()) for r in records) / n,
         "write_rps": n / write_s,
-        "read_rps": n / read_s,
-        "read_rps_cpu": n / read_cpu,
-        "stats_rps": n / stats_s,
-        "stats_rps_cpu": n / stats_cpu,
-        "stats": msgspec.to_builtins(stats),
     }
+
+
+def read_back(row: dict, repeat: int) -> dict:
+    """Time `read_trace` and `trace_stats` on the row's file (call it once the written records are dropped)."""
+    n, path = row["records"], row.pop("path")
+    read_s, read_cpu, trace = best_of(repeat, lambda: read_trace(path))
+    assert len(trace.records) == n
+    stats_s, stats_cpu, stats = best_of(repeat, lambda: trace_stats(trace.records))
+    row.update(read_rps=n / read_s, read_rps_cpu=n / read_cpu, stats_rps=n / stats_s, stats_rps_cpu=n / stats_cpu,
+               stats=msgspec.to_builtins(stats))
+    return row
 
 
 def bench_writer(n: int, workdir: Path) -> dict:
@@ -137,16 +146,17 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             load_s, _, (header, records) = best_of(args.repeat, lambda src=src: formats.load(src))
             imports.append({"trace": name, "path": src, "records": len(records), "import_rps": len(records) / load_s})
-            rows.append(bench_trace(name, header, records, workdir, args.repeat))
+            rows.append(read_back(write_trace(name, header, records, workdir), args.repeat))
         t0 = time.perf_counter()
         records = generated(args.records)
         print(f"generated {len(records):,} records in {time.perf_counter() - t0:.1f} s")
         label = f"generated_{len(records) // 1000}k"
-        rows.append(bench_trace(label, TraceHeader(source="bench"), records, workdir, min(args.repeat, 2)))
+        written = [write_trace(label, TraceHeader(source="bench"), records, workdir)]
         for r in records:  # the same records without prefix ids: what the ids cost
             r.hash_ids = None
-        rows.append(bench_trace(label + "_noids", TraceHeader(source="bench"), records, workdir, min(args.repeat, 2)))
-        del records
+        written.append(write_trace(label + "_noids", TraceHeader(source="bench"), records, workdir))
+        del records  # read as a reading process would: without the written records in memory
+        rows += [read_back(row, min(args.repeat, 2)) for row in written]
         writer = bench_writer(args.writer_records, workdir)
 
     print()
@@ -177,8 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         "writer": writer,
     }
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    save_json(out, result)
     print(f"\nwrote {out}")
     return 0
 

@@ -102,3 +102,18 @@ def test_virtual_and_real_clock_agree() -> None:
         x = statistics.median(getattr(r, key) for r in real.records)
         assert x == pytest.approx(v, rel=0.10), (key, v, x)
     assert real.results.summary.input_token_drift == 0 and real.results.summary.output_token_drift == 0
+
+
+def test_virtual_closed_loop_runs_for_the_duration() -> None:
+    """--virtual --concurrency C --duration D repeats the requests until D, as the live loop does."""
+    w = synthesize("concurrency:c=4", requests=10, input_tokens="fixed:200", output_tokens="fixed:50")
+    w.duration_s = 30.0
+    out = replay(w, ReplayOptions(target="sim:l4/llama-3-8b?seed=1", virtual=True, endpoint="completions"))
+    recs = out.records
+    assert len(recs) > 10  # ten requests take ~5 virtual s at concurrency 4: the loop repeated them
+    assert max(r.t for r in recs) < 30.0 <= max(r.t + r.e2e for r in recs)
+    assert len({r.t for r in recs if r.t == 0.0}) == 1 and sum(r.t == 0.0 for r in recs) == 4
+    assert out.results.summary.failed == 0 and all(r.output_tokens == 50 for r in recs)
+    once = replay(synthesize("concurrency:c=4", requests=10, input_tokens="fixed:200", output_tokens="fixed:50"),
+                  ReplayOptions(target="sim:l4/llama-3-8b?seed=1", virtual=True, endpoint="completions"))
+    assert len(once.records) == 10  # without a duration: each request once

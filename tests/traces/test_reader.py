@@ -1,13 +1,21 @@
-"""Trace reader: a cut at any byte reads up to the cut; corruption is a TraceError naming file and offset."""
+"""Trace reader: a cut at any byte reads up to the cut; corruption is a TraceError naming file and offset.
+
+Records read back equal the records written, field types included, and encode to the same bytes.
+"""
 
 from __future__ import annotations
+
+import gc
+import random
+import struct
 
 import pytest
 import zstandard
 
+from traces import reader as reader_module
 from traces.reader import SegmentReader, read_trace
-from traces.record import RequestRecord, TraceHeader
-from traces.segments import TraceError, encode_header, encode_records, write_segment
+from traces.record import ItlSummary, RequestRecord, TraceHeader
+from traces.segments import TraceError, compressor, encode_header, encode_records, write_segment
 
 
 def _segment(path, n: int = 12, per_frame: int = 3, start_unix: float = 0.0) -> list[int]:
@@ -24,7 +32,9 @@ def _segment(path, n: int = 12, per_frame: int = 3, start_unix: float = 0.0) -> 
     return ends
 
 
-def test_cut_at_every_byte_reads_up_to_the_cut(tmp_path) -> None:
+@pytest.mark.parametrize("read_chunk", [1 << 20, 7])  # 7 bytes: every frame spans many reads
+def test_cut_at_every_byte_reads_up_to_the_cut(tmp_path, monkeypatch, read_chunk) -> None:
+    monkeypatch.setattr(reader_module, "READ_CHUNK", read_chunk)
     full = tmp_path / "full.jsonl.zst"
     ends = _segment(full, n=12, per_frame=3)  # header frame + 4 record frames
     data = full.read_bytes()
@@ -93,3 +103,79 @@ def test_truncated_report_in_trace(tmp_path) -> None:
     path.write_bytes(data[:-5])
     trace = read_trace(path)
     assert trace.truncated == [str(path)] and trace.skipped_bytes > 0 and len(trace.records) == 9
+
+
+def test_corrupt_frame_start_names_its_offset(tmp_path) -> None:
+    path = tmp_path / "bad.jsonl.zst"
+    ends = _segment(path)
+    for where, flip in ((ends[2], 0x01), (ends[2] + 4, 0x08)):  # frame magic; reserved header bit
+        data = bytearray(path.read_bytes())
+        data[where] ^= flip
+        bad = tmp_path / f"bad{where}.jsonl.zst"
+        bad.write_bytes(bytes(data))
+        with pytest.raises(TraceError, match=f"at byte {ends[2]}: corrupt zstd frame"):
+            read_trace(bad)
+
+
+def test_frames_without_content_size_and_skippable_frames(tmp_path) -> None:
+    """Files not made by our writer (`zstd` from a pipe, skippable frames) read as before."""
+    records = [RequestRecord(t=float(i), input_tokens=i, hash_ids=[i, 1 << 63]) for i in range(5)]
+    unsized = zstandard.ZstdCompressor(write_checksum=True, write_content_size=False)
+    stream = unsized.compressobj()
+    piped = stream.compress(bytes(encode_records(records[2:4]))) + stream.flush()
+    path = tmp_path / "mixed.jsonl.zst"
+    path.write_bytes(
+        unsized.compress(encode_header(TraceHeader(source="x")))
+        + compressor().compress(bytes(encode_records(records[:2])))
+        + struct.pack("<II", 0x184D2A50, 3) + b"abc"
+        + piped
+        + compressor().compress(bytes(encode_records(records[4:])))
+    )
+    reader = SegmentReader(path)
+    assert reader.read() == records and reader.header == TraceHeader(source="x") and reader.skipped_bytes == 0
+
+
+def _gateway_like(n: int) -> list[RequestRecord]:
+    rng = random.Random(7)
+    return [
+        RequestRecord(
+            t=i * 0.01, model="m", input_tokens=rng.randint(1, 9000), output_tokens=3, ttft=0.1, tpot=0.02,
+            itl=ItlSummary(count=2, mean=0.02, p50=0.02, p99=0.03, max=0.03), chunk_times=[0.1, 0.12, 0.14],
+            upstream="u1", hash_ids=[rng.getrandbits(64) for _ in range(rng.randint(0, 30))] or None,
+        )
+        for i in range(n)
+    ]
+
+
+def test_records_read_back_equal_and_encode_to_the_same_bytes(tmp_path) -> None:
+    records = _gateway_like(300)
+    path = tmp_path / "gw.jsonl.zst"
+    write_segment(path, TraceHeader(source="gateway"), records, frame_records=64)
+    trace = read_trace(path)
+    assert trace.records == records
+    assert all(type(r.hash_ids) is list for r in trace.records if r.hash_ids)  # lists, as the writer sets them
+    assert all(type(r.chunk_times) is list for r in trace.records)
+    again = tmp_path / "again.jsonl.zst"
+    write_segment(again, trace.header, trace.records, frame_records=64)
+    assert again.read_bytes() == path.read_bytes()
+
+
+def test_read_leaves_the_garbage_collector_as_it_was(tmp_path) -> None:
+    path = tmp_path / "gw.jsonl.zst"
+    write_segment(path, TraceHeader(), _gateway_like(50))
+    assert gc.isenabled()
+    records = read_trace(path).records
+    assert gc.isenabled() and not gc.is_tracked(records[0])  # records hold no cycles: never tracked
+    gc.disable()
+    try:
+        read_trace(path)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    gc.freeze()  # a program that keeps objects frozen (e.g. before fork) keeps them frozen
+    try:
+        frozen = gc.get_freeze_count()
+        read_trace(path)
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
