@@ -145,7 +145,7 @@ async def _run_live(workload: Workload, options: ReplayOptions, path: str, inter
                                replicas=[u for u in urls if u])
     spec = parse_target(options.target)
     if spec.sim is not None:
-        with start_sim(spec.sim) as url:
+        async with start_sim(spec.sim) as url:
             return await _run_http(workload, options, url, path, started=True, interrupt=interrupt)
     assert spec.url is not None
     return await _run_http(workload, options, spec.url, path, started=False, interrupt=interrupt)

@@ -117,8 +117,13 @@ def run_point(replay_args: Sequence[str], flag: str, x: float, out: Path, runner
     value = str(int(x)) if flag == "--concurrency" else f"{x:g}"
     argv = [*replay_args, flag, value, "--out", str(directory)]
     print(f"sweep: {flag[2:]}={value} → {directory}", flush=True)
-    with open(directory / "replay.log", "w") as log, _quiet(log, verbose):
-        status = runner(argv)
+    try:
+        with open(directory / "replay.log", "w") as log, _quiet(log, verbose):
+            status = runner(argv)
+    except SystemExit as stop:  # the replay was interrupted (Ctrl-C/SIGTERM) and wrote its partial results
+        print(f"sweep: interrupted at {flag[2:]}={value}; {out / 'sweep.json'} holds the points that finished, "
+              f"{directory} the partial run (not a point of the curve)", flush=True)
+        raise stop
     results_file = directory / "results.json"
     if not results_file.is_file():
         raise UsageError(f"the replay at {flag[2:]}={value} wrote no results.json (exit {status}); see {directory / 'replay.log'}")

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 
 import aiohttp
 import msgspec
@@ -81,9 +81,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextlib.contextmanager
-def start_sim(opts: dict[str, str], *, timeout: float = 30.0) -> Iterator[str]:
-    """Run `slogate sim` in a child process on a free port; yields its URL; always stops it."""
+@contextlib.asynccontextmanager
+async def start_sim(opts: dict[str, str], *, timeout: float = 30.0) -> AsyncIterator[str]:
+    """Run `slogate sim` in a child process on a free port; yields its URL; always stops it.
+
+    Waits on the event loop without blocking it, so a Ctrl-C while the sim starts is handled at once.
+    """
     port = _free_port()
     cmd = [sys.executable, "-c", "import sys; from traces.cli import main; sys.exit(main())", "sim", "--port", str(port),
            *sim_args(opts)]
@@ -98,24 +101,30 @@ def start_sim(opts: dict[str, str], *, timeout: float = 30.0) -> Iterator[str]:
                     tail = fh.read().strip().splitlines()[-1:] or ["(no output)"]
                 raise UsageError(f"the simulated target {' '.join(cmd[3:])!r} exited: {tail[0]}")
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
+                _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 0.2)
+            except OSError:  # refused, or TimeoutError (an OSError) while the sim starts
                 if time.monotonic() > deadline:
                     raise UsageError(f"the simulated target did not start within {timeout:g}s") from None
-                time.sleep(0.05)
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            break
         yield url
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        _stop(proc)  # at teardown: the run is over, a short blocking wait is fine
         log.close()
         with contextlib.suppress(OSError):
             os.unlink(log.name)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def _reach_error(url: str, exc: BaseException) -> UsageError:

@@ -152,3 +152,18 @@ def test_worker_processes_stop_and_hand_back(tmp_path: Path, sig: signal.Signals
     assert {i % 2 for i in index} == {0, 1}
     assert s.cancelled_requests > 0 and s.sent_requests > s.cancelled_requests
     assert_group_gone(proc.pid)
+
+
+def test_sigint_while_the_sim_target_starts_stops_it_at_once(tmp_path: Path) -> None:
+    """`--target sim:…` starts a sim child; Ctrl-C during its startup ends the run at once: nothing
+    was sent, nothing is written, exit 130, and the sim child is gone too."""
+    out = tmp_path / "run"
+    proc = replay("sim:h100-sxm/llama-3-8b?timing=constant&ttft_ms=20&itl_ms=20", out)
+    time.sleep(0.3)  # the sim child exists but is still importing: well before it listens
+    assert proc.poll() is None
+    os.killpg(proc.pid, signal.SIGINT)
+    status, err, took = finish(proc, 15)
+    assert status == 130, err
+    assert took < 3, f"took {took:.1f}s to stop"
+    assert not out.exists() or not any(out.iterdir())
+    assert_group_gone(proc.pid)
