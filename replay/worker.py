@@ -150,14 +150,19 @@ async def run_share(spec: WorkerSpec, share: list[PlannedRequest], start: float,
     collector.flush()
 
 
-async def _until_done_or(task: asyncio.Task, event: asyncio.Event) -> bool:
-    """Wait for `task`, or cancel it when `event` is set first; True when the task ran to its end."""
+async def _done_before(fut: asyncio.Future, event: asyncio.Event) -> bool:
+    """Wait until `fut` is done or `event` is set; True when `fut` finished first."""
     waiter = asyncio.create_task(event.wait())
     try:
-        await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((fut, waiter), return_when=asyncio.FIRST_COMPLETED)
     finally:
         waiter.cancel()
-    if not task.done():
+    return fut.done()
+
+
+async def _until_done_or(task: asyncio.Task, event: asyncio.Event) -> bool:
+    """Wait for `task`, or cancel it when `event` is set first; True when the task ran to its end."""
+    if not await _done_before(task, event):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
@@ -171,12 +176,7 @@ async def _drain(tasks: set[asyncio.Task], cancel: asyncio.Event) -> None:
     if not tasks:
         return
     everything = asyncio.gather(*tasks, return_exceptions=True)
-    waiter = asyncio.create_task(cancel.wait())
-    try:
-        await asyncio.wait((everything, waiter), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
-    if not everything.done():
+    if not await _done_before(everything, cancel):
         for task in tasks:
             task.cancel()
     await everything
