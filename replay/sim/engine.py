@@ -15,6 +15,7 @@ Virtual-time API (no HTTP, no sleeping; same seed → same results)::
 
     run = run_virtual(reqs, config)  # SimRun: .results (input order) + .stats (preemptions, prefix hits…)
     run = closed_loop(reqs, concurrency=32, config=config)  # each finish releases the next request
+    run = closed_loop(reqs, 32, config, duration=600.0)  # …repeating the requests for 600 virtual s
 
 `SimRequest(arrival, prompt_tokens, output_tokens=None, max_tokens=None, hash_ids=None,
 hash_block_tokens=None, id=None)`: `output_tokens` forces the length (ignore_eos); otherwise a seeded
