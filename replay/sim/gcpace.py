@@ -4,9 +4,14 @@ CPython starts a collection when allocations pass a threshold, which in a busy s
 middle of a step's token pass: with 500 live streams a full collection took 12–22 ms here, and every
 token written after it was that late. `GcPacer` turns automatic collection off and runs a due
 generation only when every engine is asleep with time to spare before its next step (the measured
-cost of that generation × MARGIN). A watchdog collects anyway when that never happens (engines that
-never rest): the young generations once allocations pile up, a full collection once one is
-`full_max_age_s` old, so memory stays bounded.
+cost of that generation × MARGIN).
+
+When engines never rest (e.g. constant timing with hundreds of streams: a token is due every few
+µs), nothing would ever be collected in idle time, and one late catch-up collection of everything
+piled up took ~40 ms. So a watchdog hands collection back to CPython (its small, frequent young
+collections) once young objects pile up, and the pacer takes over again as soon as an engine rests
+with room for a middle collection. A full collection runs at least every `full_max_age_s`, so
+memory stays bounded in every case.
 
 Clocks report when they sleep and until when (`RealClock.rest`); the pacer only reads those times.
 Virtual-clock runs never use it: automatic collection stays on there.
@@ -19,14 +24,15 @@ import gc
 import math
 import time
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
 MARGIN = 1.5  # collect only when the slack is this many times the generation's expected pause
 YOUNG_THRESHOLD = 700  # CPython's own gen-0 threshold: allocations between young collections
 MIDDLE_THRESHOLD = 10  # CPython's own gen-1 threshold: young collections between middle ones
-PILE_UP = 50  # watchdog: young allocations at this many thresholds means no engine ever rests
+PILE_UP = 10  # watchdog: young allocations at this many thresholds means the engines do not rest
+TRIGGERS = ("idle", "forced", "automatic")
 
 
 class Resting(Protocol):
@@ -37,16 +43,19 @@ class GcPacer:
     """Runs gc.collect(generation) in idle time; one per process (the collector is process-wide)."""
 
     def __init__(self, *, full_every_s: float = 30.0, full_max_age_s: float = 120.0,
-                 watchdog_s: float = 1.0) -> None:
+                 watchdog_s: float = 0.25) -> None:
         self.full_every_s = full_every_s
         self.full_max_age_s = full_max_age_s
         self.watchdog_s = watchdog_s
         self.clocks: list[Resting] = []
         self.cost = [0.5e-3, 2e-3, 20e-3]  # expected pause per generation, learnt from each collection
         self.last_full = time.perf_counter()
-        self.collections = {(g, trigger): 0 for g in range(3) for trigger in ("idle", "forced")}
+        self.collections = {(g, trigger): 0 for g in range(3) for trigger in TRIGGERS}
         self.pause_total = [0.0, 0.0, 0.0]
+        self.handovers = 0  # times collection went back to CPython because no engine rested
         self._timer: asyncio.TimerHandle | None = None
+        self._ours = False  # inside one of our own gc.collect() calls
+        self._auto_start = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -55,6 +64,7 @@ class GcPacer:
         gc.collect()
         gc.freeze()
         gc.disable()
+        gc.callbacks.append(self._on_gc)
         self.last_full = time.perf_counter()
         self._timer = asyncio.get_running_loop().call_later(self.watchdog_s, self._watchdog)
 
@@ -62,6 +72,8 @@ class GcPacer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
         gc.unfreeze()
         gc.enable()
 
@@ -86,11 +98,12 @@ class GcPacer:
     def use_slack(self) -> None:
         """A clock is about to sleep: run the oldest due generation that fits before any engine wakes."""
         now = time.perf_counter()
-        due = self.due(now)
-        if not due:
-            return
         slack = self.slack(now)
-        for g in due:
+        if gc.isenabled():
+            if slack < MARGIN * self.cost[1]:
+                return  # CPython keeps collecting until engines rest long enough for a middle collection
+            gc.disable()  # they do again: back to collecting in their idle time
+        for g in self.due(now):
             if MARGIN * self.cost[g] <= slack:
                 self._collect(g, "idle")
                 return
@@ -101,13 +114,18 @@ class GcPacer:
             self.use_slack()
         elif now - self.last_full >= self.full_max_age_s:
             self._collect(2, "forced")
-        elif gc.get_count()[0] >= PILE_UP * YOUNG_THRESHOLD:
-            self._collect(1, "forced")
+        elif not gc.isenabled() and gc.get_count()[0] >= PILE_UP * YOUNG_THRESHOLD:
+            self.handovers += 1
+            gc.enable()  # no engine rests: CPython's small, frequent collections until one does
         self._timer = asyncio.get_running_loop().call_later(self.watchdog_s, self._watchdog)
 
     def _collect(self, generation: int, trigger: str) -> None:
         t = time.perf_counter()
-        gc.collect(generation)
+        self._ours = True
+        try:
+            gc.collect(generation)
+        finally:
+            self._ours = False
         pause = time.perf_counter() - t
         # remember the worst recent pause: a collection that overruns its slack makes tokens late
         self.cost[generation] = max(pause, 0.9 * self.cost[generation])
@@ -116,11 +134,24 @@ class GcPacer:
         if generation == 2:
             self.last_full = t + pause
 
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        """gc.callbacks hook: counts CPython's own collections while it has the job."""
+        if self._ours:
+            return
+        if phase == "start":
+            self._auto_start = time.perf_counter()
+            return
+        generation = info["generation"]
+        self.collections[generation, "automatic"] += 1
+        self.pause_total[generation] += time.perf_counter() - self._auto_start
+        if generation == 2:
+            self.last_full = time.perf_counter()
+
     # -- /metrics ----------------------------------------------------------------------------
 
     def collect(self) -> Iterator[Metric]:
-        """Prometheus collector: collections by generation and trigger, and their total pause."""
-        c = CounterMetricFamily("slogate_sim_gc_collections", "Garbage collections run by the sim's GC pacer.",
+        """Prometheus collector: collections by generation and trigger, their total pause, handovers."""
+        c = CounterMetricFamily("slogate_sim_gc_collections", "Garbage collections of the sim process.",
                                 labels=["generation", "trigger"])
         for (g, trigger), n in self.collections.items():
             c.add_metric([str(g), trigger], n)
@@ -130,3 +161,5 @@ class GcPacer:
         for g, s in enumerate(self.pause_total):
             p.add_metric([str(g)], s)
         yield p
+        yield CounterMetricFamily("slogate_sim_gc_handovers", "Times collection went back to CPython's "
+                                  "automatic collector because no engine rested.", value=self.handovers)

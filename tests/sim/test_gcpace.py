@@ -16,7 +16,7 @@ import weakref
 import aiohttp
 
 from replay.sim.clock import RealClock
-from replay.sim.gcpace import YOUNG_THRESHOLD, GcPacer
+from replay.sim.gcpace import PILE_UP, YOUNG_THRESHOLD, GcPacer
 
 
 class Node:
@@ -89,6 +89,27 @@ async def test_watchdog_forces_a_full_collection_when_engines_never_rest() -> No
         pacer.uninstall()
 
 
+async def test_engines_that_never_rest_hand_collection_back_to_cpython() -> None:
+    pacer = GcPacer(watchdog_s=0.02)
+    clock = RealClock(pacer)
+    pacer.install()
+    try:
+        clock.next_due = time.perf_counter()  # busy: a token is always due
+        keep = [Node() for _ in range(PILE_UP * YOUNG_THRESHOLD)]  # young objects pile up, nothing rests
+        await asyncio.sleep(0.2)
+        assert gc.isenabled() and pacer.handovers == 1
+        garbage_cycle()
+        garbage_cycle()  # CPython's own young collections run now, and are counted
+        assert pacer.collections[0, "automatic"] + pacer.collections[1, "automatic"] >= 1
+        clock.rest(time.perf_counter() + 0.0001)  # a rest too short for a middle collection: CPython keeps it
+        assert gc.isenabled()
+        clock.rest(time.perf_counter() + 1.0)  # engines rest again: back to idle-time collection
+        assert not gc.isenabled()
+        del keep
+    finally:
+        pacer.uninstall()
+
+
 async def test_pause_cost_is_learnt_from_real_collections() -> None:
     pacer = GcPacer()
     RealClock(pacer).rest(math.inf)
@@ -127,4 +148,4 @@ async def test_streaming_server_collects_in_idle_time(sim_server) -> None:
 
     assert value(0, "idle") + value(1, "idle") > 0
     assert value(0, "forced") == value(1, "forced") == value(2, "forced") == 0
-    assert "slogate_sim_gc_pause_seconds_total" in text
+    assert "slogate_sim_gc_pause_seconds_total" in text and "slogate_sim_gc_handovers_total 0.0" in text
