@@ -68,6 +68,8 @@ def start_llama(*, port: int | None = None, n_ctx: int = 2048, timeout: float = 
         "--chat_format", "gemma",
         "--interrupt_requests", "False",
         "--n_ctx", str(n_ctx),
+        "--n_threads", "1",  # one core for llama.cpp, one left for the test's client and gateway,
+        "--n_threads_batch", "1",  # so their timestamps are not taken while they wait for a CPU
         "--host", "127.0.0.1",
         "--port", str(port),
     ]  # fmt: skip
