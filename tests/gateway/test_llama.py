@@ -155,7 +155,7 @@ def test_gateway_timings_match_client_against_llama_cpp(llama_server: Server, tm
         f"client − gateway, ms: TTFT {ms(ttft_diffs)}; E2E {ms(e2e_diffs)}; SDK-delivered TTFT {ms(sdk_diffs)}"
     )
     # Two loopback hops and two process wake-ups separate the windows; on this shared 2-core VM the
-    # medians stayed under 5 ms for weeks, then were 3–10 ms in a slower hour, against TTFTs of
+    # medians stayed under 5 ms in every earlier CI run, then were 3–10 ms in a slower hour, against TTFTs of
     # 160–290 ms here: within 10 ms (under 5 % of a TTFT).
     assert statistics.median(ttft_diffs) <= 0.010, f"TTFT client − gateway (s): {ttft_diffs}"
     assert statistics.median(e2e_diffs) <= 0.010, f"E2E client − gateway (s): {e2e_diffs}"
