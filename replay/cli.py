@@ -235,10 +235,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def interrupted_line(summary: RunSummary, signum: int, out: Path) -> str:
-    planned = "?" if summary.planned_requests is None else str(summary.planned_requests)
-    return (f"slogate replay: INTERRUPTED by {signal.Signals(signum).name}: {summary.sent_requests} of {planned} "
-            f"planned requests sent ({summary.cancelled_requests} cancelled in flight), "
-            f"{'?' if summary.not_sent_requests is None else summary.not_sent_requests} not sent; "
+    from replay.outputs.console import interruption_counts
+
+    return (f"slogate replay: INTERRUPTED by {signal.Signals(signum).name}: {interruption_counts(summary)}; "
             f"results written to {out}")
 
 

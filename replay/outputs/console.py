@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from replay.results import Results
+from replay.results import Results, RunSummary
 from traces.metrics import Summary
 
 
@@ -43,11 +43,15 @@ def rows(results: Results) -> list[tuple[str, str]]:
 
 
 def _interrupted(results: Results) -> str:
-    s = results.summary
+    return f"yes (Ctrl-C/SIGTERM): {interruption_counts(results.summary)}"
+
+
+def interruption_counts(s: RunSummary) -> str:
+    """`S of P planned requests sent, C cancelled in flight, N not sent` ("?" where unknown)."""
     planned = "?" if s.planned_requests is None else s.planned_requests
     not_sent = "?" if s.not_sent_requests is None else s.not_sent_requests
-    return (f"yes (Ctrl-C/SIGTERM): {s.sent_requests} of {planned} planned requests sent, "
-            f"{s.cancelled_requests} cancelled in flight, {not_sent} not sent")
+    return (f"{s.sent_requests} of {planned} planned requests sent, {s.cancelled_requests} cancelled in flight, "
+            f"{not_sent} not sent")
 
 
 def _f(x: float | None) -> str:
