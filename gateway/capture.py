@@ -13,12 +13,12 @@ import random
 import time
 from typing import Any
 
-from gateway.config import GatewayConfig
-from traces.anonymize import PrefixHasher, SaltError, load_salt
-from traces.cli import UsageError
-from traces.record import RequestRecord, TraceHeader
-from traces.request_info import prompt_bytes
-from traces.writer import TraceWriter, WriterConfig
+from slogate.gateway.config import GatewayConfig
+from slogate.traces.anonymize import PrefixHasher, SaltError, load_salt
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.request_info import prompt_bytes
+from slogate.traces.usage import UsageError
+from slogate.traces.writer import TraceWriter, WriterConfig
 
 BATCH_S = 0.05  # records wait at most this long on the event loop before going to the writer
 

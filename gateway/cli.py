@@ -12,10 +12,10 @@ import errno
 import sys
 from typing import Any
 
-from gateway.config import build_config, merge, read_toml, slo_flag
-from gateway.routing.policies import POLICIES
-from traces.cli import UsageError
-from traces.slo import SloError, parse_duration
+from slogate.gateway.config import build_config, merge, read_toml, slo_flag
+from slogate.gateway.routing.policies import POLICIES
+from slogate.traces.slo import SloError, parse_duration
+from slogate.traces.usage import UsageError
 
 EXAMPLES = """\
 examples:
@@ -165,8 +165,8 @@ def _main(argv: list[str]) -> int:
     base = read_toml(args.config) if args.config else {}
     cfg = build_config(merge(base, overrides(args)))
 
-    from gateway.logs import setup_logging
-    from gateway.server import serve
+    from slogate.gateway.logs import setup_logging
+    from slogate.gateway.server import serve
 
     setup_logging(args.log_level)
     try:

@@ -13,11 +13,11 @@ from typing import Any
 
 import msgspec
 
-from gateway.routing.config import RoutingConfig, check_routing, specs_from
-from gateway.routing.health import HealthConfig
-from gateway.routing.upstreams import UpstreamSpec
-from traces.cli import UsageError
-from traces.slo import Slo, SloError, parse_duration, parse_slo
+from slogate.gateway.routing.config import RoutingConfig, check_routing, specs_from
+from slogate.gateway.routing.health import HealthConfig
+from slogate.gateway.routing.upstreams import UpstreamSpec
+from slogate.traces.slo import Slo, SloError, parse_duration, parse_slo
+from slogate.traces.usage import UsageError
 
 
 class Timeouts(msgspec.Struct, forbid_unknown_fields=True):

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
-from gateway.capture import Capture
-from gateway.live_metrics import LiveMetrics
-from gateway.status import StatusWindow
-from traces.record import RequestRecord
-from traces.slo import Slo, is_good
+from slogate.gateway.capture import Capture
+from slogate.gateway.live_metrics import LiveMetrics
+from slogate.gateway.status import StatusWindow
+from slogate.traces.record import RequestRecord
+from slogate.traces.slo import Slo, is_good
 
 
 class Recorder:

@@ -17,20 +17,20 @@ import orjson
 from aiohttp import HttpVersion11, web
 from multidict import CIMultiDict
 
-from gateway.config import GatewayConfig
-from gateway.errors import json_error, sse_error, status_of
-from gateway.h1 import Head, request_bytes
-from gateway.recorder import Recorder
-from gateway.routing.admission import Rejected, parse_priority, rejection_response
-from gateway.routing.health import HTTP_503, OTHER, outcome_of
-from gateway.routing.router import Router, RouteRequest
-from gateway.routing.upstreams import Lease
-from gateway.timeouts import Deadlines, Watchdog, limits_ns
-from gateway.upstream import Upstream
-from gateway.upstream_conn import UpstreamConn, UpstreamError
-from traces.observer import StreamObserver
-from traces.record import RequestRecord
-from traces.request_info import MEASURED_ENDPOINTS, RequestInfo, request_info, with_usage_requested
+from slogate.gateway.config import GatewayConfig
+from slogate.gateway.errors import json_error, sse_error, status_of
+from slogate.gateway.h1 import Head, request_bytes
+from slogate.gateway.recorder import Recorder
+from slogate.gateway.routing.admission import Rejected, parse_priority, rejection_response
+from slogate.gateway.routing.health import HTTP_503, OTHER, outcome_of
+from slogate.gateway.routing.router import Router, RouteRequest
+from slogate.gateway.routing.upstreams import Lease
+from slogate.gateway.timeouts import Deadlines, Watchdog, limits_ns
+from slogate.gateway.upstream import Upstream
+from slogate.gateway.upstream_conn import UpstreamConn, UpstreamError
+from slogate.traces.observer import StreamObserver
+from slogate.traces.record import RequestRecord
+from slogate.traces.request_info import MEASURED_ENDPOINTS, RequestInfo, request_info, with_usage_requested
 
 log = logging.getLogger("slogate.gateway")
 

@@ -23,16 +23,16 @@ import orjson
 from aiohttp import web
 from aiohttp.web_request import BaseRequest
 
-from gateway.capture import Capture, perf_epoch
-from gateway.config import GatewayConfig, parse_hostport, parse_slos, upstream_specs
-from gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render, watch_loop_lag
-from gateway.recorder import Recorder
-from gateway.relay import Relay
-from gateway.routing.router import Router
-from gateway.status import StatusWindow, health_response
-from gateway.timeouts import Deadlines
-from gateway.upstream import Upstream
-from traces.fdtable import reserve_fds
+from slogate.gateway.capture import Capture, perf_epoch
+from slogate.gateway.config import GatewayConfig, parse_hostport, parse_slos, upstream_specs
+from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render, watch_loop_lag
+from slogate.gateway.recorder import Recorder
+from slogate.gateway.relay import Relay
+from slogate.gateway.routing.router import Router
+from slogate.gateway.status import StatusWindow, health_response
+from slogate.gateway.timeouts import Deadlines
+from slogate.gateway.upstream import Upstream
+from slogate.traces.fdtable import reserve_fds
 
 log = logging.getLogger("slogate.gateway")
 Handler = Callable[[BaseRequest], Awaitable[web.StreamResponse]]

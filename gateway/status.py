@@ -11,9 +11,9 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from traces.metrics import summarize
-from traces.record import RequestRecord, is_error
-from traces.slo import Slo
+from slogate.traces.metrics import summarize
+from slogate.traces.record import RequestRecord, is_error
+from slogate.traces.slo import Slo
 
 WINDOWS = (("1m", 60.0), ("5m", 300.0))
 _MAX_ENTRIES = 1_000_000  # memory bound (~100 MB) at extreme request rates

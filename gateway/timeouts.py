@@ -13,7 +13,7 @@ import contextlib
 import math
 from time import perf_counter_ns
 
-from gateway.config import Timeouts
+from slogate.gateway.config import Timeouts
 
 TICK_S = 0.05
 

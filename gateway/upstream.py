@@ -14,9 +14,9 @@ from time import monotonic
 
 import yarl
 
-from gateway.config import Timeouts
-from gateway.h1 import Head
-from gateway.upstream_conn import UpstreamConn, UpstreamError
+from slogate.gateway.config import Timeouts
+from slogate.gateway.h1 import Head
+from slogate.gateway.upstream_conn import UpstreamConn, UpstreamError
 
 # Idle connections are reused for this long (nginx's upstream default). An upstream that closes idle
 # connections sooner (uvicorn: 5 s) is seen closing (the connection leaves the pool); the race where

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from time import perf_counter_ns
 from typing import TYPE_CHECKING
 
-from gateway.h1 import MAX_HEAD_BYTES, ChunkedDecoder, Head, ProtocolError, parse_head
+from slogate.gateway.h1 import MAX_HEAD_BYTES, ChunkedDecoder, Head, ProtocolError, parse_head
 
 if TYPE_CHECKING:
-    from gateway.upstream import Pool
+    from slogate.gateway.upstream import Pool
 
 Sink = Callable[[bytes, int], None]
 

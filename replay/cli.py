@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from replay import workload as wl
-from traces.cli import UsageError
+from slogate.replay import workload as wl
+from slogate.traces.usage import UsageError
 
 if TYPE_CHECKING:
-    from replay.results import RunSummary
+    from slogate.replay.results import RunSummary
 
 EXAMPLES = """examples:
   # 10 minutes of a production trace at 10x speed against a vLLM server
@@ -106,7 +106,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _seconds(text: str, what: str) -> float:
-    from traces.slo import SloError, parse_duration
+    from slogate.traces.slo import SloError, parse_duration
 
     try:
         return parse_duration(text, what=what)
@@ -121,13 +121,13 @@ def build_workload(ns: argparse.Namespace) -> tuple[wl.Workload, str | None, str
         raise UsageError("give either a TRACE or --synthetic, not both")
     trace_path = digest = None
     if ns.synthetic:
-        from replay.profiles import synthesize
+        from slogate.replay.profiles import synthesize
 
         spec = f"concurrency:c={ns.concurrency}" if ns.concurrency else ns.synthetic
         w = synthesize(spec, input_tokens=ns.input_tokens, output_tokens=ns.output_tokens, requests=ns.max_requests,
                        duration_s=duration, seed=ns.seed)
     elif ns.trace:
-        from replay.source import load_trace, trace_workload
+        from slogate.replay.source import load_trace, trace_workload
 
         trace = load_trace(ns.trace, ns.fmt)
         trace_path, digest = trace.path, trace.digest
@@ -191,10 +191,10 @@ def _pairs(items: list[str], sep: str, what: str) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ns = parser().parse_args(argv)
-    from replay.forcing import choose
-    from replay.interrupt import Interrupted, deferred
-    from replay.run import ReplayOptions, replay
-    from traces.slo import SloError, parse_slo
+    from slogate.replay.forcing import choose
+    from slogate.replay.interrupt import Interrupted, deferred
+    from slogate.replay.run import ReplayOptions, replay
+    from slogate.traces.slo import SloError, parse_slo
 
     choose(ns.force_output, "unknown")  # syntax check before any network
     try:
@@ -235,17 +235,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def interrupted_line(summary: RunSummary, signum: int, out: Path) -> str:
-    from replay.outputs.console import interruption_counts
+    from slogate.replay.outputs.console import interruption_counts
 
     return (f"slogate replay: INTERRUPTED by {signal.Signals(signum).name}: {interruption_counts(summary)}; "
             f"results written to {out}")
 
 
 def write_outputs(result, out: Path, *, console: bool = True) -> None:
-    from replay.outputs import console as console_out
-    from replay.outputs import csv as csv_out
-    from replay.outputs import json as json_out
-    from replay.outputs import records as records_out
+    from slogate.replay.outputs import console as console_out
+    from slogate.replay.outputs import csv as csv_out
+    from slogate.replay.outputs import json as json_out
+    from slogate.replay.outputs import records as records_out
 
     out.mkdir(parents=True, exist_ok=True)
     json_out.write(result.results, out)

@@ -12,10 +12,10 @@ import time
 
 import msgspec
 
-from replay.http import HttpError, Pool
-from replay.interrupt import INTERRUPTED_ERROR, INTERRUPTED_STATUS
-from traces.observer import StreamObserver
-from traces.record import RequestRecord
+from slogate.replay.http import HttpError, Pool
+from slogate.replay.interrupt import INTERRUPTED_ERROR, INTERRUPTED_STATUS
+from slogate.traces.observer import StreamObserver
+from slogate.traces.record import RequestRecord
 
 RETRY_STATUSES = frozenset({429, 502, 503})
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import msgspec
 
-from replay.measure import run_duration
-from replay.results import Environment, Results, RunSummary, load, summarize_run
-from traces.metrics import Summary
-from traces.segments import TraceError
-from traces.slo import Slo, SloError, parse_slo
+from slogate.replay.measure import run_duration
+from slogate.replay.results import Environment, Results, RunSummary, load, summarize_run
+from slogate.traces.metrics import Summary
+from slogate.traces.segments import TraceError
+from slogate.traces.slo import Slo, SloError, parse_slo
 
 SUMMARY_STATS = tuple(f.name for f in msgspec.structs.fields(Summary))  # count, mean, p50, …, max
 TABLE_STATS = ("p50", "p90", "p99", "max", "mean")  # the stats the side-by-side table shows
@@ -93,7 +93,7 @@ def summarize_trace(path: str | Path, *, slos: Sequence[Slo] = ()) -> Results:
     """Summarize a captured trace like a run, over its span (first arrival to last completion).
 
     Uses `slos` when given, else the SLOs recorded in the trace header."""
-    from traces.reader import read_trace
+    from slogate.traces.reader import read_trace
 
     try:
         trace = read_trace(path)

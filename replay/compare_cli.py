@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from replay.compare import (
+from slogate.replay.compare import (
     FAIL_IF_GRAMMAR,
     CompareError,
     Side,
@@ -29,9 +29,9 @@ from replay.compare import (
     slos_of,
     table_metrics,
 )
-from replay.names import number_repeated_names
-from traces.cli import UsageError
-from traces.slo import SloError, parse_slo
+from slogate.replay.names import number_repeated_names
+from slogate.traces.slo import SloError, parse_slo
+from slogate.traces.usage import UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:

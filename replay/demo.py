@@ -13,9 +13,9 @@ from pathlib import Path
 
 import msgspec
 
-from replay.demo_live import Display, fetch_status, status_line, watch_replay
-from replay.demo_procs import Children, Terminated, free_port, sigterm_as_interrupt, wait_ready
-from replay.demo_steps import (
+from slogate.replay.demo_live import Display, fetch_status, status_line, watch_replay
+from slogate.replay.demo_procs import Children, Terminated, free_port, sigterm_as_interrupt, wait_ready
+from slogate.replay.demo_steps import (
     Setup,
     comparison,
     parse_candidates,
@@ -24,7 +24,7 @@ from replay.demo_steps import (
     virtual_replay,
     write_report,
 )
-from traces.cli import UsageError
+from slogate.traces.usage import UsageError
 
 DEFAULT_SLO = "interactive:ttft=0.5,tpot=50ms"
 DRAIN_S = 90.0  # how long the live replay may run past its schedule (streams still in flight)
@@ -106,9 +106,9 @@ def parser() -> argparse.ArgumentParser:
 
 def options(ns: argparse.Namespace) -> DemoOptions:
     """Validate everything before starting a process: a bad flag costs nothing."""
-    from replay.workload import WorkloadError, parse_seconds
-    from traces.samples import AZURE_CONV, path
-    from traces.slo import SloError, parse_slo
+    from slogate.replay.workload import WorkloadError, parse_seconds
+    from slogate.traces.samples import AZURE_CONV, path
+    from slogate.traces.slo import SloError, parse_slo
 
     try:
         duration, every = parse_seconds(ns.duration), parse_seconds(ns.status_every)
@@ -199,7 +199,7 @@ def run(opts: DemoOptions, display: Display) -> None:
 
 def start_servers(opts: DemoOptions, children: Children, salt: Path, capture: Path, display: Display) -> str:
     """Step 1: the simulated production server and the gateway in front of it; returns the gateway URL."""
-    from replay.target import sim_args
+    from slogate.replay.target import sim_args
 
     sim_port, gateway_port = free_port(), free_port()
     while gateway_port == sim_port:
@@ -223,8 +223,8 @@ def start_servers(opts: DemoOptions, children: Children, salt: Path, capture: Pa
 
 
 def captured_requests(capture: Path) -> int:
-    from traces.reader import read_trace
-    from traces.segments import TraceError
+    from slogate.traces.reader import read_trace
+    from slogate.traces.segments import TraceError
 
     try:
         n = len(read_trace(capture).records)

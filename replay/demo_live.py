@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import orjson
 
-from replay.demo_procs import Child, http_get
-from traces.cli import UsageError
+from slogate.replay.demo_procs import Child, http_get
+from slogate.traces.usage import UsageError
 
 POLL_S = 0.5  # how often the live loop checks the children and redraws
 

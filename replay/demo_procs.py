@@ -19,9 +19,9 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from traces.cli import UsageError
+from slogate.traces.usage import UsageError
 
-SLOGATE = [sys.executable, "-m", "traces.cli"]
+SLOGATE = [sys.executable, "-m", "slogate"]
 PR_SET_PDEATHSIG = 1
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import msgspec
 
-from replay.target import parse_target, sim_config
-from traces.cli import UsageError
+from slogate.replay.target import parse_target, sim_config
+from slogate.traces.usage import UsageError
 
 # The rows of the demo's comparison (replay.compare metric paths).
 ROWS = ("requests", "failed", "request_rate_rps", "output_tokens_per_s", "goodput_rps", "goodput_tokens_per_s",
@@ -39,7 +39,7 @@ def parse_setup(text: str, model: str) -> Setup:
         raise UsageError(f"bad setup {text!r}: expected GPU[/MODEL][?dtype=fp8&tp=2…], e.g. l40s?dtype=fp8")
     target = f"sim:{gpu}/{model_name or model}" + (f"?{query}" if query else "")
     opts = parse_target(target).sim or {}
-    from replay.sim.config import build
+    from slogate.replay.sim.config import build
 
     build(sim_config(opts))  # unknown GPU/model/dtype → UsageError naming the choices
     suffix = "-".join(v if k in ("dtype", "kv_dtype") else f"{k}{v}" for k, v in urllib.parse.parse_qsl(query))
@@ -64,7 +64,7 @@ def parse_candidates(text: str, model: str, baseline: Setup) -> list[Setup]:
 
 def virtual_replay(capture: Path, setup: Setup, out: Path, *, slo: str, seed: int, role: str) -> Path:
     """`slogate replay CAPTURE --target sim:… --virtual` in-process; returns the run directory."""
-    from replay import cli
+    from slogate.replay import cli
 
     gpu = setup.opts.get("gpu", setup.name)
     argv = [str(capture), "--target", setup.target, "--virtual", "--slo", slo, "--seed", str(seed), "--quiet",
@@ -79,9 +79,9 @@ def comparison(runs: list[tuple[str, Path]], capture: Path, slo_spec: str) -> tu
     """Load each run (the first is the baseline) plus the captured trace as the last side.
 
     Returns (sides, plain-text table) for `print_comparison` and comparison.txt."""
-    from replay import compare_cli
-    from replay.compare import CompareError, load_side
-    from traces.slo import parse_slo
+    from slogate.replay import compare_cli
+    from slogate.replay.compare import CompareError, load_side
+    from slogate.traces.slo import parse_slo
 
     slo = parse_slo(slo_spec, default_name="default")
     try:
@@ -98,7 +98,7 @@ def comparison(runs: list[tuple[str, Path]], capture: Path, slo_spec: str) -> tu
 def print_comparison(sides: list, plain: str, *, rich: bool) -> None:
     """The compare table: rich (coloured deltas) when asked and it fits the terminal, else plain text."""
     if rich:
-        from replay import compare_cli
+        from slogate.replay import compare_cli
 
         compare_cli.render(sides, ROWS)
     else:
@@ -107,7 +107,7 @@ def print_comparison(sides: list, plain: str, *, rich: bool) -> None:
 
 def write_report(run_dirs: list[Path], path: Path) -> tuple[Path, bool]:
     """report.html of every run (replay.report); returns (path, plots drawn)."""
-    from replay import report
+    from slogate.replay import report
 
     try:
         return report.write_report(run_dirs, path), report.plots_available()

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from replay import measure
-from replay.interrupt import INTERRUPTED_ERROR
-from replay.results import Environment, Results, RunSummary, summarize_run
-from replay.worker import Item
-from replay.workload import Workload
-from traces import __version__
-from traces.record import RequestRecord, TraceHeader
-from traces.slo import Slo
+from slogate import __version__
+from slogate.replay import measure
+from slogate.replay.interrupt import INTERRUPTED_ERROR
+from slogate.replay.results import Environment, Results, RunSummary, summarize_run
+from slogate.replay.worker import Item
+from slogate.replay.workload import Workload
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.slo import Slo
 
 
 def redact(command: list[str]) -> list[str]:

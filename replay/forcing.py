@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from traces.cli import UsageError
+from slogate.traces.usage import UsageError
 
 # llama.cpp serving Gemma 3: <eos>, <end_of_turn>, </s> (ignore_eos / min_tokens are ignored there)
 GEMMA_END_TOKENS = {"1": -100, "106": -100, "212": -100}

@@ -10,7 +10,7 @@ import math
 import random
 from collections.abc import Callable
 
-from replay.workload import WorkloadError
+from slogate.replay.workload import WorkloadError
 
 Sampler = Callable[[random.Random], int]
 
@@ -71,7 +71,7 @@ def _int(body: str, spec: str, what: str) -> int:
 
 
 def _empirical(body: str, spec: str, what: str) -> Sampler:
-    from replay.source import load_trace
+    from slogate.replay.source import load_trace
 
     path, field = body, "input" if "input" in what else "output"
     for suffix in (":input", ":output"):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from traces.metrics import percentile
-from traces.record import RequestRecord
+from slogate.traces.metrics import percentile
+from slogate.traces.record import RequestRecord
 
 LAG_BOUND_S = 0.010  # lag p99 above this marks the run degraded
 RATE_SHORTFALL = 0.02  # achieved send rate this far below offered marks the run degraded

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import msgspec
 
-from replay.results import Results, RunSummary, load
-from traces.cli import UsageError
-from traces.record import RequestRecord, TraceHeader
-from traces.slo import Slo, parse_slo
+from slogate.replay.results import Results, RunSummary, load
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.slo import Slo, parse_slo
+from slogate.traces.usage import UsageError
 
 
 class Merged(msgspec.Struct):
@@ -25,8 +25,8 @@ class Merged(msgspec.Struct):
 
 
 def merge_dirs(dirs: list[str | Path]) -> Merged:
-    from replay.finish import summarize
-    from replay.outputs.records import FILE, read
+    from slogate.replay.finish import summarize
+    from slogate.replay.outputs.records import FILE, read
 
     if not dirs:
         raise UsageError("give the shard result directories to merge")

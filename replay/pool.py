@@ -20,13 +20,13 @@ from typing import Any
 
 import msgspec
 
-from replay.interrupt import Stop, blocked, ignore_signals
-from replay.worker import Item, WorkerSpec, run_share
-from replay.workload import PlannedRequest
+from slogate.replay.interrupt import Stop, blocked, ignore_signals
+from slogate.replay.worker import Item, WorkerSpec, run_share
+from slogate.replay.workload import PlannedRequest
 
 
 def _decoder() -> msgspec.msgpack.Decoder:
-    from traces.record import RequestRecord
+    from slogate.traces.record import RequestRecord
 
     return msgspec.msgpack.Decoder(list[tuple[int, int, bool, RequestRecord]])
 

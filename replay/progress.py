@@ -12,9 +12,9 @@ import collections
 import time
 from collections.abc import Sequence
 
-from traces.metrics import percentile
-from traces.record import RequestRecord, is_error
-from traces.slo import Slo, is_good
+from slogate.traces.metrics import percentile
+from slogate.traces.record import RequestRecord, is_error
+from slogate.traces.slo import Slo, is_good
 
 WINDOW = 2000  # recent requests in the running percentiles
 

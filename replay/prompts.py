@@ -15,8 +15,8 @@ from collections import OrderedDict
 
 import msgspec
 
-from replay.tokenizers import TokenCounter
-from replay.workload import PlannedRequest
+from slogate.replay.tokenizers import TokenCounter
+from slogate.replay.workload import PlannedRequest
 
 ANCHOR = "Text:"
 WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "his", "her", "are", "be", "this", "which", "or", "an", "had", "not", "but", "have", "they", "you", "were", "their", "one", "all", "we", "can", "has", "there", "been", "if", "more", "when", "will", "would", "who", "so", "no", "out", "up", "into", "do", "time", "only", "new", "some", "could", "these", "two", "may", "first", "then", "any", "like", "other", "than", "its", "now", "my", "over", "such", "our", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must", "well", "back", "through", "years", "much", "where", "your", "way", "down", "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used", "take", "three", "home", "water", "room", "mother", "far", "air", "line", "area", "music", "book", "word", "end", "week", "ten", "girl", "city", "group", "game", "point", "hand", "part", "place", "case", "number", "night", "week", "fact", "eye", "job", "side", "head", "house", "service", "friend", "power", "hour", "end", "kind", "body", "face", "others", "level", "war", "car", "party", "form", "team", "rate", "door", "health", "art", "war", "law", "boy", "food", "road", "red", "blue", "green", "black", "white"]

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import msgspec
 
-from replay import results as results_io
-from replay import sweep as sweep_io
-from replay.names import number_repeated_names
-from replay.results import Results
-from traces.record import RequestRecord
-from traces.segments import TraceError
+from slogate.replay import results as results_io
+from slogate.replay import sweep as sweep_io
+from slogate.replay.names import number_repeated_names
+from slogate.replay.results import Results
+from slogate.traces.record import RequestRecord
+from slogate.traces.segments import TraceError
 
 PLOTS_HINT = "plots need matplotlib: pip install slogate[report]"
 MAX_TIMELINES = 6  # timelines drawn (one figure per run); more runs are listed, not drawn
@@ -102,7 +102,7 @@ def _read_records(run: RunData, path: Path) -> None:
     if not path.is_file():
         run.notes.append(f"{path.name} not found: CDFs and timeline omitted for this run")
         return
-    from traces.reader import read_trace
+    from slogate.traces.reader import read_trace
 
     try:
         run.records = read_trace(path).records
@@ -159,12 +159,12 @@ def plots_available() -> bool:
 
 def build_html(data: ReportData, *, plots: bool = True) -> str:
     """The whole report as one HTML string. `plots=False` (or no matplotlib) gives tables only."""
-    from replay.outputs import html
+    from slogate.replay.outputs import html
 
     images: dict[str, str | None] = {}
     note: str | None = None
     if plots and plots_available():
-        from replay import report_plots
+        from slogate.replay import report_plots
 
         images = report_plots.draw_all(data, max_timelines=MAX_TIMELINES)
     elif plots:

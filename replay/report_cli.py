@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from replay import report
-from replay.report import PLOTS_HINT, ReportError, write_report
-from traces.cli import UsageError
+from slogate.replay import report
+from slogate.replay.report import PLOTS_HINT, ReportError, write_report
+from slogate.traces.usage import UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:

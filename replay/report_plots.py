@@ -12,11 +12,11 @@ import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from traces.metrics import percentile
-from traces.record import RequestRecord, effective_e2e, is_error
+from slogate.traces.metrics import percentile
+from slogate.traces.record import RequestRecord, effective_e2e, is_error
 
 if TYPE_CHECKING:
-    from replay.report import ReportData, RunData, SweepData
+    from slogate.replay.report import ReportData, RunData, SweepData
 
 DPI = 100
 CDF_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"))

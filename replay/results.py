@@ -14,9 +14,9 @@ from typing import TypeVar
 
 import msgspec
 
-from traces.metrics import Summary, summarize
-from traces.record import RequestRecord, effective_e2e, is_error
-from traces.slo import Slo, is_good
+from slogate.traces.metrics import Summary, summarize
+from slogate.traces.record import RequestRecord, effective_e2e, is_error
+from slogate.traces.slo import Slo, is_good
 
 RESULTS_SCHEMA_VERSION = 1
 _S = TypeVar("_S", bound=msgspec.Struct)

@@ -18,20 +18,20 @@ from pathlib import Path
 import aiohttp
 import msgspec
 
-from replay import finish, measure
-from replay.client import ClientConfig
-from replay.forcing import Forcing, choose
-from replay.interrupt import Interrupt, Interrupted
-from replay.prompts import WORDS, PromptPlan, calibrate
-from replay.results import Environment, Results
-from replay.target import Probe, parse_target, probe, start_sim
-from replay.tokenizers import FileTokenizer, UsageCounter, probe_server_tokenizer
-from replay.worker import Item, WorkerSpec, run_share
-from replay.workload import Workload, mean_rate, split_for_workers
-from traces import __version__
-from traces.cli import UsageError
-from traces.record import RequestRecord, TraceHeader
-from traces.slo import Slo
+from slogate import __version__
+from slogate.replay import finish, measure
+from slogate.replay.client import ClientConfig
+from slogate.replay.forcing import Forcing, choose
+from slogate.replay.interrupt import Interrupt, Interrupted
+from slogate.replay.prompts import WORDS, PromptPlan, calibrate
+from slogate.replay.results import Environment, Results
+from slogate.replay.target import Probe, parse_target, probe, start_sim
+from slogate.replay.tokenizers import FileTokenizer, UsageCounter, probe_server_tokenizer
+from slogate.replay.worker import Item, WorkerSpec, run_share
+from slogate.replay.workload import Workload, mean_rate, split_for_workers
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.slo import Slo
+from slogate.traces.usage import UsageError
 
 RATE_PER_WORKER = 500.0  # requests/s one sender process is given above the single-process range
 SINGLE_WORKER_MAX_RPS = 200.0
@@ -127,7 +127,7 @@ def _run_virtual(workload: Workload, options: ReplayOptions, path: str) -> RunOu
     spec = parse_target(options.target)
     if spec.sim is None:
         raise UsageError("--virtual needs a simulated target: --target sim:GPU/MODEL")
-    from replay.virtual import run_virtual
+    from slogate.replay.virtual import run_virtual
 
     t_wall = time.time()
     items, stats = run_virtual(workload, spec.sim, endpoint=path, model=options.model or spec.sim.get("model"))
@@ -172,7 +172,7 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
     items: list[Item] = []
     progress = None
     if options.progress:
-        from replay.progress import Progress
+        from slogate.replay.progress import Progress
 
         progress = Progress(len(workload.requests), [r.t for r in workload.requests], options.slos[0] if options.slos else None)
 
@@ -184,7 +184,7 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
     def start_at() -> float:
         if options.start_at is None:
             return time.perf_counter() + 0.05
-        from replay.pacer import start_from_wall_clock
+        from slogate.replay.pacer import start_from_wall_clock
 
         start = start_from_wall_clock(options.start_at)
         if start < time.perf_counter() - 1.0:
@@ -199,7 +199,7 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
 
     def start_side(start: float) -> None:
         if options.scrape_interval_s and options.out_dir:
-            from replay.scrape import scrape
+            from slogate.replay.scrape import scrape
 
             Path(options.out_dir).mkdir(parents=True, exist_ok=True)
             side.append(asyncio.create_task(scrape(side_session, url, headers, interval_s=options.scrape_interval_s,
@@ -216,7 +216,7 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
             await run_share(wspec, workload.requests, start, on_items, interrupt.stop)
             cpu = time.process_time() - cpu0
         else:
-            from replay.pool import run_pool
+            from slogate.replay.pool import run_pool
 
             shares, wspecs = _shares(workload, workers, wspec)
             if replicas and len(replicas) > 1:

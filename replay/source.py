@@ -12,9 +12,9 @@ from pathlib import Path
 
 import msgspec
 
-from replay.workload import Workload, from_records
-from traces.cli import UsageError
-from traces.record import RequestRecord, TraceHeader
+from slogate.replay.workload import Workload, from_records
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.usage import UsageError
 
 BYTES_PER_TOKEN = 4  # byte blocks (gateway capture without a tokenizer) → token blocks
 
@@ -29,8 +29,8 @@ class LoadedTrace(msgspec.Struct):
 
 def load_trace(path: str | os.PathLike[str], fmt: str | None = None) -> LoadedTrace:
     """Read a trace; a missing file or an unknown format is a one-line `UsageError`."""
-    from traces import formats
-    from traces.segments import TraceError
+    from slogate.traces import formats
+    from slogate.traces.segments import TraceError
 
     p = Path(path)
     if not p.exists():

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import msgspec
 
-from replay.results import Results, read_json, write_json
+from slogate.replay.results import Results, read_json, write_json
 
 SWEEP_SCHEMA_VERSION = 1
 KNEE_ELASTICITY = 0.5

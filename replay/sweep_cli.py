@@ -14,11 +14,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from replay import results as results_io
-from replay import sweep as sweep_io
-from replay.sweep import Sweep, SweepPoint, analyze, next_refine_x, point_dir_name, point_from_results
-from traces.cli import UsageError
-from traces.slo import SloError, parse_slo
+from slogate.replay import results as results_io
+from slogate.replay import sweep as sweep_io
+from slogate.replay.sweep import Sweep, SweepPoint, analyze, next_refine_x, point_dir_name, point_from_results
+from slogate.traces.slo import SloError, parse_slo
+from slogate.traces.usage import UsageError
 
 Runner = Callable[[list[str]], int]  # `slogate replay` argv → exit status
 MODES = (("speeds", "speed", "--speed"), ("rates", "rate", "--rate"), ("concurrency", "concurrency", "--concurrency"))
@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None, *, runner: Runner | None = None) -> 
 
 def _replay_runner() -> Runner:
     try:
-        from replay.cli import main as replay_main
+        from slogate.replay.cli import main as replay_main
     except ImportError as exc:
         raise UsageError(f"the replay engine is not available in this install ({exc})") from None
     return replay_main

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import msgspec
 
-from traces.cli import UsageError
+from slogate.traces.usage import UsageError
 
 
 class TargetSpec(msgspec.Struct):
@@ -67,7 +67,7 @@ def sim_args(opts: dict[str, str]) -> list[str]:
 
 def sim_config(opts: dict[str, str]):
     """The virtual-time engine config for `sim:` options, parsed exactly as `slogate sim` parses them."""
-    from replay.sim.cli import configure
+    from slogate.replay.sim.cli import configure
 
     try:
         return configure(sim_args(opts))[0]
@@ -88,7 +88,7 @@ async def start_sim(opts: dict[str, str], *, timeout: float = 30.0) -> AsyncIter
     Waits on the event loop without blocking it, so a Ctrl-C while the sim starts is handled at once.
     """
     port = _free_port()
-    cmd = [sys.executable, "-c", "import sys; from traces.cli import main; sys.exit(main())", "sim", "--port", str(port),
+    cmd = [sys.executable, "-c", "import sys; from slogate.cli import main; sys.exit(main())", "sim", "--port", str(port),
            *sim_args(opts)]
     log = tempfile.NamedTemporaryFile(prefix="slogate-sim-", suffix=".log", delete=False)  # noqa: SIM115
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import aiohttp
 
-from traces.cli import UsageError
+from slogate.traces.usage import UsageError
 
 
 class TokenCounter(Protocol):

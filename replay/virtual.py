@@ -7,15 +7,15 @@ Never touches the network or the wall clock beyond timing itself.
 
 from __future__ import annotations
 
-from replay.worker import REPEAT_INDEX_STEP, Item
-from replay.workload import Workload
+from slogate.replay.worker import REPEAT_INDEX_STEP, Item
+from slogate.replay.workload import Workload
 
 
 def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, model: str | None
                 ) -> tuple[list[Item], dict[str, float]]:
     """Simulate the workload; returns (items, engine stats)."""
-    from replay.sim.engine import SimRequest, closed_loop, run_virtual
-    from replay.target import sim_config
+    from slogate.replay.sim.engine import SimRequest, closed_loop, run_virtual
+    from slogate.replay.target import sim_config
 
     config = sim_config(sim_opts)
     reqs = [

@@ -16,14 +16,14 @@ from collections.abc import Callable, Iterator
 import msgspec
 import orjson
 
-from replay import client
-from replay.client import ClientConfig, InFlight, complete, new_pool
-from replay.forcing import Forcing
-from replay.interrupt import Stop
-from replay.pacer import pace
-from replay.prompts import PromptBuilder, PromptPlan
-from replay.workload import PlannedRequest
-from traces.record import RequestRecord
+from slogate.replay import client
+from slogate.replay.client import ClientConfig, InFlight, complete, new_pool
+from slogate.replay.forcing import Forcing
+from slogate.replay.interrupt import Stop
+from slogate.replay.pacer import pace
+from slogate.replay.prompts import PromptBuilder, PromptPlan
+from slogate.replay.workload import PlannedRequest
+from slogate.traces.record import RequestRecord
 
 Item = tuple[int, int, bool, RequestRecord]  # (plan index, planned input tokens, warmup, record)
 Emit = Callable[[list[Item]], None]
@@ -129,7 +129,7 @@ async def run_share(spec: WorkerSpec, share: list[PlannedRequest], start: float,
             await _until_done_or(pacer, stop.sending)
             await _drain(set(tasks), stop.cancel)
         else:
-            from replay.pacer import sleep_until
+            from slogate.replay.pacer import sleep_until
 
             source = _cycle(share, spec.duration_s is not None)
             stop_at = None if spec.duration_s is None else start + spec.duration_s

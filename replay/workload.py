@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from traces.record import RequestRecord
+from slogate.traces.record import RequestRecord
 
 _MIX = 0x9E3779B97F4A7C15
 _MASK64 = (1 << 64) - 1

@@ -93,7 +93,7 @@ def start_gateway(
 ) -> Iterator[Server]:
     """Run `slogate gateway` on 127.0.0.1 in front of `upstreams` until the block exits (ready: /healthz)."""
     port = port or free_port()
-    cmd = [sys.executable, "-m", "traces.cli", "gateway", "--listen", f"127.0.0.1:{port}"]
+    cmd = [sys.executable, "-m", "slogate", "gateway", "--listen", f"127.0.0.1:{port}"]
     for upstream in [upstreams] if isinstance(upstreams, str) else upstreams:
         cmd += ["--upstream", upstream]
     if trace_dir is not None:

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SLOGATE = [sys.executable, "-m", "traces.cli"]
+SLOGATE = [sys.executable, "-m", "slogate"]
 
 
 def free_port() -> int:

@@ -40,7 +40,7 @@ def start_sim(
     """
     if port is None:
         port = free_port() if replicas == 1 else free_ports(replicas)
-    cmd = [sys.executable, "-m", "traces.cli", "sim", "--port", str(port), "--gpu", gpu, "--model", model]
+    cmd = [sys.executable, "-m", "slogate", "sim", "--port", str(port), "--gpu", gpu, "--model", model]
     cmd += ["--timing", timing, "--replicas", str(replicas)]
     optional = {  # flag -> value; a None value leaves the flag out (the sim's default)
         "--ttft-ms": ttft_ms,

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from traces.record import ItlSummary
+from slogate.traces.record import ItlSummary
 
 PERCENTILES: tuple[tuple[str, float], ...] = (
     ("p50", 50.0),

@@ -13,8 +13,8 @@ import re
 
 import orjson
 
-from traces.metrics import itl_summary, tpot
-from traces.record import RequestRecord
+from slogate.traces.metrics import itl_summary, tpot
+from slogate.traces.record import RequestRecord
 
 NS = 1e-9
 

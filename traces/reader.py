@@ -18,8 +18,8 @@ from typing import BinaryIO
 import msgspec
 import zstandard
 
-from traces.record import SCHEMA_VERSION, RequestRecord, TraceHeader
-from traces.segments import ZSTD_MAGIC, TraceError, list_segments
+from slogate.traces.record import SCHEMA_VERSION, RequestRecord, TraceHeader
+from slogate.traces.segments import ZSTD_MAGIC, TraceError, list_segments
 
 READ_CHUNK = 1 << 20
 _HEADER_START = b'{"kind":"header"'

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 import zstandard
 
-from traces.record import RequestRecord, TraceHeader
+from slogate.traces.record import RequestRecord, TraceHeader
 
 SUFFIX = ".jsonl.zst"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

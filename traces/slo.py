@@ -11,7 +11,7 @@ import re
 
 import msgspec
 
-from traces.record import RequestRecord, is_error
+from slogate.traces.record import RequestRecord, is_error
 
 _BOUND_KEYS = ("ttft", "tpot", "e2e")
 _VALUE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|us)?\s*$")

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 
 import msgspec
 
-from traces.metrics import percentile
-from traces.record import RequestRecord, is_error
+from slogate.traces.metrics import percentile
+from slogate.traces.record import RequestRecord, is_error
 
 
 class TokenStats(msgspec.Struct):

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 
 import msgspec
 
-from traces import formats
-from traces.cli import UsageError
-from traces.reader import SegmentReader, read_trace, segment_paths
-from traces.record import RequestRecord, TraceHeader
-from traces.segments import TraceError
-from traces.stats import TokenStats, TraceStats, trace_stats
+from slogate.traces import formats
+from slogate.traces.reader import SegmentReader, read_trace, segment_paths
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.segments import TraceError
+from slogate.traces.stats import TokenStats, TraceStats, trace_stats
+from slogate.traces.usage import UsageError
 
 EPILOG = """\
 formats: slogate (*.jsonl.zst segments or a directory of them), mooncake (JSONL),

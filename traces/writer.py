@@ -30,10 +30,10 @@ from pathlib import Path
 
 import msgspec
 
-from traces import __version__
-from traces.anonymize import PrefixHasher, Prompt
-from traces.record import RequestRecord, TraceHeader
-from traces.segments import COMPRESSION_LEVEL, compressor, encode_header, encode_records, segment_name
+from slogate import __version__
+from slogate.traces.anonymize import PrefixHasher, Prompt
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.segments import COMPRESSION_LEVEL, compressor, encode_header, encode_records, segment_name
 
 MAX_FRAME_BYTES = 4 << 20  # flush early when this much uncompressed data is pending
 

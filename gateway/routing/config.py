@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import msgspec
 
-from gateway.routing.health import HealthConfig
-from gateway.routing.policies import POLICIES
-from gateway.routing.pools import parse_rules
-from gateway.routing.upstreams import DEFAULT_POOL, UpstreamSpec
-from traces.cli import UsageError
+from slogate.gateway.routing.health import HealthConfig
+from slogate.gateway.routing.policies import POLICIES
+from slogate.gateway.routing.pools import parse_rules
+from slogate.gateway.routing.upstreams import DEFAULT_POOL, UpstreamSpec
+from slogate.traces.usage import UsageError
 
 
 class RoutingConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -121,7 +121,7 @@ def routing_from_dict(data: dict) -> RoutingConfig:
 
 def specs_from(upstreams: Sequence[str], tables: Sequence[dict | UpstreamSpec]) -> list[UpstreamSpec]:
     """`--upstream` strings plus `[[upstream]]` tables -> validated specs (flags first)."""
-    from gateway.routing.upstreams import check_spec, parse_upstream
+    from slogate.gateway.routing.upstreams import check_spec, parse_upstream
 
     specs = [parse_upstream(u) for u in upstreams]
     for i, table in enumerate(tables):

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import aiohttp
 import msgspec
 
-from gateway.routing.upstreams import UpstreamState
+from slogate.gateway.routing.upstreams import UpstreamState
 
 # Request outcomes the relay reports (`Router.release`).
 OK = "ok"

@@ -12,7 +12,7 @@ import random
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from gateway.routing.upstreams import UpstreamState
+from slogate.gateway.routing.upstreams import UpstreamState
 
 POLICIES = ("least-tokens", "least-requests", "round-robin", "power-of-two", "prefix-affinity")
 VNODES = 160  # virtual nodes per unit of weight on the affinity ring

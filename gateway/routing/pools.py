@@ -11,8 +11,8 @@ import operator
 import re
 from collections.abc import Callable, Sequence
 
-from gateway.routing.upstreams import DEFAULT_POOL
-from traces.cli import UsageError
+from slogate.gateway.routing.upstreams import DEFAULT_POOL
+from slogate.traces.usage import UsageError
 
 VARIABLES = ("prompt_tokens", "max_tokens")
 _OPS: dict[str, Callable[[int, int], bool]] = {

@@ -15,15 +15,15 @@ from typing import Any
 
 import aiohttp
 
-from gateway.routing import health
-from gateway.routing.admission import AdmissionQueue, Rejected, retry_after
-from gateway.routing.config import RoutingConfig
-from gateway.routing.metrics import RoutingCollector, RoutingMetrics, bump
-from gateway.routing.policies import Group, PrefixAffinity, make_policy, prefix_key
-from gateway.routing.pools import TokenEstimator, parse_rules, pool_for
-from gateway.routing.scrape import scrape_loop
-from gateway.routing.upstreams import DEFAULT_POOL, Lease, UpstreamSpec, UpstreamState
-from traces.request_info import RequestInfo, prompt_bytes
+from slogate.gateway.routing import health
+from slogate.gateway.routing.admission import AdmissionQueue, Rejected, retry_after
+from slogate.gateway.routing.config import RoutingConfig
+from slogate.gateway.routing.metrics import RoutingCollector, RoutingMetrics, bump
+from slogate.gateway.routing.policies import Group, PrefixAffinity, make_policy, prefix_key
+from slogate.gateway.routing.pools import TokenEstimator, parse_rules, pool_for
+from slogate.gateway.routing.scrape import scrape_loop
+from slogate.gateway.routing.upstreams import DEFAULT_POOL, Lease, UpstreamSpec, UpstreamState
+from slogate.traces.request_info import RequestInfo, prompt_bytes
 
 RETRYABLE = frozenset({health.CONNECT_ERROR, health.HTTP_503, health.RESET_BEFORE_RESPONSE})
 _ALL = "*"  # group (and pool label) of every upstream for non-LLM paths (/v1/models, ...); never a pool name

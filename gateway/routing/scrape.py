@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.routing.upstreams import UpstreamState
+from slogate.gateway.routing.upstreams import UpstreamState
 
 # Requests waiting in the engine's queue (summed over label sets).
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")

@@ -11,7 +11,7 @@ import re
 
 import msgspec
 
-from traces.cli import UsageError
+from slogate.traces.usage import UsageError
 
 DEFAULT_POOL = "default"
 EWMA_ALPHA = 0.2  # weight of the newest sample in the TTFT/TPOT moving averages

@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from replay.results import Results, RunSummary
-from traces.metrics import Summary
+from slogate.replay.results import Results, RunSummary
+from slogate.traces.metrics import Summary
 
 
 def _ms(x: float | None) -> str:

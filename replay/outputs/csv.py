@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from replay.results import Results
+from slogate.replay.results import Results
 
 
 def flatten(results: Results) -> dict[str, Any]:

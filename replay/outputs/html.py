@@ -12,10 +12,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from replay.compare import better_direction, deltas, flatten, table_metrics
+from slogate.replay.compare import better_direction, deltas, flatten, table_metrics
 
 if TYPE_CHECKING:
-    from replay.report import ReportData, SweepData
+    from slogate.replay.report import ReportData, SweepData
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1240px;

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replay.results import Results, dump
+from slogate.replay.results import Results, dump
 
 
 def write(results: Results, directory: str | Path) -> Path:

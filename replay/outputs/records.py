@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from traces.record import RequestRecord, TraceHeader
-from traces.segments import write_segment
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.segments import write_segment
 
 FILE = "requests.jsonl.zst"
 
@@ -20,7 +20,7 @@ def write(header: TraceHeader, records: Sequence[RequestRecord], directory: str 
 
 
 def read(directory: str | Path) -> tuple[TraceHeader, list[RequestRecord]]:
-    from traces.reader import read_trace
+    from slogate.traces.reader import read_trace
 
     trace = read_trace([Path(directory) / FILE])
     return trace.header, trace.records

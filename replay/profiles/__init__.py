@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import random
 
-from replay.lengths import Sampler, parse_lengths, parse_params
-from replay.workload import PlannedRequest, Workload, WorkloadError
+from slogate.replay.lengths import Sampler, parse_lengths, parse_params
+from slogate.replay.workload import PlannedRequest, Workload, WorkloadError
 
 DEFAULT_DURATION_S = 60.0
 
@@ -24,7 +24,7 @@ def synthesize(
     seed: int = 0,
 ) -> Workload:
     """A synthetic workload: `poisson:rate=5`, `gamma:rate=5,cv=3`, `constant:rate=100`, `concurrency:c=8`."""
-    from replay.profiles import concurrency, constant, gamma, poisson
+    from slogate.replay.profiles import concurrency, constant, gamma, poisson
 
     kind, _, body = spec.partition(":")
     kind = kind.strip().lower()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import random
 
-from replay.lengths import Sampler
-from replay.workload import PlannedRequest, Workload, WorkloadError
+from slogate.replay.lengths import Sampler
+from slogate.replay.workload import PlannedRequest, Workload, WorkloadError
 
 DEFAULT_REQUESTS_PER_SLOT = 20
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import random
 
-from replay.profiles import renewal
-from replay.workload import WorkloadError
+from slogate.replay.profiles import renewal
+from slogate.replay.workload import WorkloadError
 
 
 def shape(params: dict[str, float]) -> float:

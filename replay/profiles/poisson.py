@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from replay.profiles import renewal
+from slogate.replay.profiles import renewal
 
 
 def arrivals(params: dict[str, float], rng: random.Random, *, requests: int | None, duration_s: float | None) -> list[float]:

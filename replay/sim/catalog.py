@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 
-from traces.cli import UsageError
+from slogate.traces.usage import UsageError
 
 GiB = 1 << 30
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import msgspec
 
-from replay.sim.catalog import GPUS, MODELS, PRECISIONS, Gpu, Model
-from replay.sim.config import SimConfig, build
-from replay.sim.faults import FaultConfig, parse_fault_config
-from replay.sim.server import ServerOptions
-from replay.sim.steptime import LinearCoefficients, fit_linear, read_step_samples
-from traces.cli import UsageError
-from traces.fdtable import reserve_fds
+from slogate.replay.sim.catalog import GPUS, MODELS, PRECISIONS, Gpu, Model
+from slogate.replay.sim.config import SimConfig, build
+from slogate.replay.sim.faults import FaultConfig, parse_fault_config
+from slogate.replay.sim.server import ServerOptions
+from slogate.replay.sim.steptime import LinearCoefficients, fit_linear, read_step_samples
+from slogate.traces.fdtable import reserve_fds
+from slogate.traces.usage import UsageError
 
 EXAMPLES = """
 examples:
@@ -166,8 +166,8 @@ def configure(argv: list[str]) -> tuple[SimConfig, ServerOptions, FaultConfig]:
 async def serve(config: SimConfig, opts: ServerOptions, faults: FaultConfig) -> None:
     from aiohttp import web
 
-    from replay.sim.gcpace import GcPacer
-    from replay.sim.server import Replica
+    from slogate.replay.sim.gcpace import GcPacer
+    from slogate.replay.sim.server import Replica
 
     spec = build(config)
     pacer = GcPacer()

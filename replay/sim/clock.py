@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from replay.sim.gcpace import GcPacer
+    from slogate.replay.sim.gcpace import GcPacer
 
 EARLY_S = 0.0005  # event-loop timers have millisecond granularity: due within this is due now
 

@@ -13,10 +13,10 @@ from typing import Literal
 
 import msgspec
 
-from replay.sim import catalog
-from replay.sim.kvcache import kv_blocks_for
-from replay.sim.steptime import Linear, LinearCoefficients, Roofline
-from traces.cli import UsageError
+from slogate.replay.sim import catalog
+from slogate.replay.sim.kvcache import kv_blocks_for
+from slogate.replay.sim.steptime import Linear, LinearCoefficients, Roofline
+from slogate.traces.usage import UsageError
 
 StepFn = Callable[[int, int, int, float], float]
 

@@ -5,7 +5,7 @@ VirtualClock for what-if runs, where it never sleeps and jumps over idle time. I
 
 Virtual-time API (no HTTP, no sleeping; same seed → same results)::
 
-    from replay.sim.engine import SimConfig, SimRequest, simulate, run_virtual, closed_loop
+    from slogate.replay.sim.engine import SimConfig, SimRequest, simulate, run_virtual, closed_loop
 
     reqs = [SimRequest(arrival=0.0, prompt_tokens=32, output_tokens=128) for _ in range(8)]
     results = simulate(reqs, SimConfig(gpu="h100-sxm", model="llama-3-8b"))  # -> list[SimResult]
@@ -37,12 +37,12 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from replay.sim.clock import EARLY_S, RealClock, VirtualClock, drive
-from replay.sim.config import EngineSpec, SimConfig, build, output_length, step_model
-from replay.sim.kvcache import KVCache
-from replay.sim.prefix import hash_ids_to_blocks
-from replay.sim.records import SimRequest, SimResult, SimRun, SimStats
-from replay.sim.scheduler import Scheduler, SimReq
+from slogate.replay.sim.clock import EARLY_S, RealClock, VirtualClock, drive
+from slogate.replay.sim.config import EngineSpec, SimConfig, build, output_length, step_model
+from slogate.replay.sim.kvcache import KVCache
+from slogate.replay.sim.prefix import hash_ids_to_blocks
+from slogate.replay.sim.records import SimRequest, SimResult, SimRun, SimStats
+from slogate.replay.sim.scheduler import Scheduler, SimReq
 
 __all__ = ["Engine", "SimConfig", "SimRequest", "SimResult", "SimRun", "SimStats", "closed_loop",
            "run_virtual", "simulate"]

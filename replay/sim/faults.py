@@ -13,7 +13,7 @@ import random
 
 import msgspec
 
-from traces.cli import UsageError
+from slogate.traces.usage import UsageError
 
 HEADER = "x-slogate-fault"
 

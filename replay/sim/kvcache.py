@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
-from replay.sim.catalog import GiB, Gpu, Model, precision
+from slogate.replay.sim.catalog import GiB, Gpu, Model, precision
 
 BLOCK_SIZE = 16
 ACTIVATION_RESERVE_GIB = 1.5  # activations, CUDA graphs and allocator slack per GPU

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from replay.sim.kvcache import BLOCK_SIZE
+from slogate.replay.sim.kvcache import BLOCK_SIZE
 
 
 def hash_pieces(pieces: Sequence[str], block_size: int = BLOCK_SIZE) -> list[Hashable]:

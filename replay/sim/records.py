@@ -1,6 +1,6 @@
 """What a virtual run takes and gives: planned requests in, per-token results and engine stats out.
 
-Plain msgspec records plus metric helpers from traces.metrics (so a TTFT here means what it means
+Plain msgspec records plus metric helpers from slogate.traces.metrics (so a TTFT here means what it means
 in a trace); the engine fills them in. No timing logic and no I/O here.
 """
 
@@ -10,8 +10,8 @@ import itertools
 
 import msgspec
 
-from traces import metrics
-from traces.record import RequestRecord
+from slogate.traces import metrics
+from slogate.traces.record import RequestRecord
 
 
 class SimRequest(msgspec.Struct, kw_only=True):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Hashable
 
-from replay.sim.kvcache import KVCache
+from slogate.replay.sim.kvcache import KVCache
 
 
 class SimReq:

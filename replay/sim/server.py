@@ -15,16 +15,16 @@ import msgspec
 import orjson
 from aiohttp import web
 
-from replay.sim import protocol, tokenizer
-from replay.sim.clock import RealClock
-from replay.sim.config import EngineSpec, output_length
-from replay.sim.engine import Engine
-from replay.sim.faults import HEADER, FaultConfig, RequestFault, parse_request_fault
-from replay.sim.gcpace import GcPacer
-from replay.sim.prefix import hash_pieces
-from replay.sim.prom import ServerStats, SimCollector, make_registry, render
-from replay.sim.scheduler import SimReq
-from replay.sim.stream import Sink
+from slogate.replay.sim import protocol, tokenizer
+from slogate.replay.sim.clock import RealClock
+from slogate.replay.sim.config import EngineSpec, output_length
+from slogate.replay.sim.engine import Engine
+from slogate.replay.sim.faults import HEADER, FaultConfig, RequestFault, parse_request_fault
+from slogate.replay.sim.gcpace import GcPacer
+from slogate.replay.sim.prefix import hash_pieces
+from slogate.replay.sim.prom import ServerStats, SimCollector, make_registry, render
+from slogate.replay.sim.scheduler import SimReq
+from slogate.replay.sim.stream import Sink
 
 SIM_VERSION = "0.11.0+slogate-sim"
 JSON = "application/json"

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import msgspec
 
-from replay.sim.catalog import Gpu, Model, precision
-from traces.cli import UsageError
+from slogate.replay.sim.catalog import Gpu, Model, precision
+from slogate.traces.usage import UsageError
 
 # published fits (DESIGN §6)
 HBM_EFF_WEIGHTS = 0.73

@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from replay.sim import protocol
-from replay.sim.faults import RequestFault
-from replay.sim.prom import ServerStats
-from replay.sim.scheduler import SimReq
-from replay.sim.tokenizer import SPACE_WORD_BYTES, WORD_BYTES, WORDS, output_text
+from slogate.replay.sim import protocol
+from slogate.replay.sim.faults import RequestFault
+from slogate.replay.sim.prom import ServerStats
+from slogate.replay.sim.scheduler import SimReq
+from slogate.replay.sim.tokenizer import SPACE_WORD_BYTES, WORD_BYTES, WORDS, output_text
 
 _NW = len(WORDS)
 _LINGER0 = struct.pack("ii", 1, 0)

@@ -91,7 +91,7 @@ def start_proxy(name: str, upstream: Server, tmp: Path) -> Iterator[Server]:
     port = free_port()
     if name == "slogate":
         trace_dir = tmp / "trace"
-        cmd = [sys.executable, "-m", "traces.cli", "gateway", "--listen", f"127.0.0.1:{port}"]
+        cmd = [sys.executable, "-m", "slogate", "gateway", "--listen", f"127.0.0.1:{port}"]
         cmd += [
             "--upstream",
             upstream.url,

@@ -23,8 +23,8 @@ sys.path.insert(0, str(REPO))
 
 
 def main() -> int:
-    from replay.profiles import synthesize
-    from replay.run import ReplayOptions, replay
+    from slogate.replay.profiles import synthesize
+    from slogate.replay.run import ReplayOptions, replay
     from tests.simserver import start_sim
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -29,10 +29,10 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from slogate.traces.metrics import summarize  # noqa: E402
+from slogate.traces.reader import read_trace  # noqa: E402
 from tests.servers import free_ports, running  # noqa: E402
 from tests.simserver import start_sim  # noqa: E402
-from traces.metrics import summarize  # noqa: E402
-from traces.reader import read_trace  # noqa: E402
 
 MODEL = "llama-3-70b"
 SIM_ARGS = ("--tp", "4")
@@ -72,7 +72,7 @@ def sim_port(replicas: int) -> int:
 
 
 def replay(trace: Path, target: str, out: Path, *extra: str) -> dict:
-    cmd = [PY, "-m", "traces.cli", "replay", str(trace), "--target", target, "--slo", SLO, "--seed", "1",
+    cmd = [PY, "-m", "slogate", "replay", str(trace), "--target", target, "--slo", SLO, "--seed", "1",
            "--out", str(out), "--quiet", *extra]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
@@ -135,7 +135,7 @@ def run(fleet: tuple[str, ...], trace: Path, rate: float, n: int, work: Path, la
             pool = ",pool=long" if i >= len(urls) - long_upstreams else ""
             ups += ["--upstream", f"{url}#name={gpu}-{i}{pool}"]
         port = sim_port(1)
-        cmd = [PY, "-m", "traces.cli", "gateway", "--listen", f"127.0.0.1:{port}", "--config", str(cfg),
+        cmd = [PY, "-m", "slogate", "gateway", "--listen", f"127.0.0.1:{port}", "--config", str(cfg),
                "--slo", SLO, *ups, "--log-level", "warning"]
         gw = stack.enter_context(running(cmd, port, ready_path="/healthz", env={"SLOGATE_TRACE_SALT": "bench"}))
         extra = ["--rate", f"{rate:.3f}", "--max-requests", str(n), "--model", model, *replay_args]

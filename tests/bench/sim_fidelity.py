@@ -24,11 +24,11 @@ from bench_output import aligned_rows, save_json
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from replay.sim.engine import SimConfig, SimRequest, closed_loop, run_virtual, simulate  # noqa: E402
+from slogate.replay.sim.engine import SimConfig, SimRequest, closed_loop, run_virtual, simulate  # noqa: E402
+from slogate.traces.metrics import percentile  # noqa: E402
 from tests.sim.realclient import hist_quantile, raw_streams, run_plan  # noqa: E402
 from tests.sim.test_fidelity import plan  # noqa: E402
 from tests.simserver import start_sim  # noqa: E402
-from traces.metrics import percentile  # noqa: E402
 
 AZURE = Path("/work/shared/traces/AzureLLMInferenceTrace_conv.csv")
 OUT = REPO / "tests/bench/results/sim_fidelity.json"
@@ -104,7 +104,7 @@ def prefix_demo() -> list[dict]:
 
 def azure_requests() -> list[SimRequest]:
     try:
-        from traces.formats import load
+        from slogate.traces.formats import load
 
         _, recs = load(AZURE, "azure")
         return [SimRequest(arrival=r.t, prompt_tokens=r.input_tokens or 1, output_tokens=max(1, r.output_tokens or 1))

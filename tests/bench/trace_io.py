@@ -28,13 +28,13 @@ sys.path.insert(0, str(REPO))
 import msgspec  # noqa: E402
 from bench_output import save_json  # noqa: E402
 
-from traces import formats  # noqa: E402
-from traces.anonymize import PrefixHasher  # noqa: E402
-from traces.reader import read_trace  # noqa: E402
-from traces.record import ItlSummary, RequestRecord, TraceHeader  # noqa: E402
-from traces.segments import encode_records, write_segment  # noqa: E402
-from traces.stats import trace_stats  # noqa: E402
-from traces.writer import TraceWriter, WriterConfig  # noqa: E402
+from slogate.traces import formats  # noqa: E402
+from slogate.traces.anonymize import PrefixHasher  # noqa: E402
+from slogate.traces.reader import read_trace  # noqa: E402
+from slogate.traces.record import ItlSummary, RequestRecord, TraceHeader  # noqa: E402
+from slogate.traces.segments import encode_records, write_segment  # noqa: E402
+from slogate.traces.stats import trace_stats  # noqa: E402
+from slogate.traces.writer import TraceWriter, WriterConfig  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "traces"
 

@@ -6,7 +6,6 @@ Prometheus Operator kinds are checked structurally here. No cluster and no Docke
 
 from __future__ import annotations
 
-import fnmatch
 import importlib.util
 import re
 import shutil
@@ -18,7 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.config import build_config, read_toml
+from slogate.gateway.config import build_config, read_toml
 from tests.deploy.deployfiles import (
     CRD_KINDS,
     DEPLOY,
@@ -228,9 +227,7 @@ def test_dockerfile() -> None:
             copied.add(src.rstrip("/"))
     # `pip install .` needs every package the distribution ships, and the readme pyproject names.
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    patterns = project["tool"]["setuptools"]["packages"]["find"]["include"]
-    packages = {p.parent.name for p in REPO.glob("*/__init__.py")
-                if any(fnmatch.fnmatch(p.parent.name, pat) for pat in patterns)}
+    packages = set(project["tool"]["setuptools"]["package-dir"].values())
     assert packages and packages | {"pyproject.toml", project["project"]["readme"]} <= copied, (
         f"the Dockerfile must COPY {sorted(packages - copied)}"
     )

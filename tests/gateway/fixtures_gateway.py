@@ -15,10 +15,10 @@ from pathlib import Path
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
+from slogate.traces.reader import read_trace
+from slogate.traces.record import RequestRecord
 from tests import realservers
 from tests.servers import Server
-from traces.reader import read_trace
-from traces.record import RequestRecord
 
 SIM_MODEL = "llama-3-8b"
 CANARY = "canary-7f3a9c1e-d00d"  # must never appear in any byte the gateway writes

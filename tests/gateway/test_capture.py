@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import stat
 
-from gateway.capture import Capture, perf_epoch
-from gateway.config import build_config
-from traces.reader import read_trace
-from traces.record import RequestRecord
+from slogate.gateway.capture import Capture, perf_epoch
+from slogate.gateway.config import build_config
+from slogate.traces.reader import read_trace
+from slogate.traces.record import RequestRecord
 
 
 def _capture(tmp_path, **trace) -> Capture:

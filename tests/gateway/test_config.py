@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.cli import build_parser, overrides
-from gateway.config import build_config, merge, read_toml
-from traces.cli import UsageError
+from slogate.gateway.cli import build_parser, overrides
+from slogate.gateway.config import build_config, merge, read_toml
+from slogate.traces.usage import UsageError
 
 UP = {"upstreams": ["http://127.0.0.1:8000"]}
 
@@ -96,7 +96,7 @@ def test_file_without_gateway_table(tmp_path):
 
 
 def test_cli_exit_status_and_one_line(tmp_path, capsys):
-    from gateway.cli import main
+    from slogate.gateway.cli import main
 
     assert main(["--upstream", "http://127.0.0.1:1", "--idle-timeout", "abc"]) == 2
     err = capsys.readouterr().err.strip()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.h1 import ChunkedDecoder, ProtocolError, parse_head, request_bytes
+from slogate.gateway.h1 import ChunkedDecoder, ProtocolError, parse_head, request_bytes
 
 EVENTS = [b'data: {"choices":[{"text":"a"}]}\n\n', b"data: " + b"x" * 300 + b"\n\n", b"data: [DONE]\n\n"]
 

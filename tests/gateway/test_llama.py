@@ -16,10 +16,10 @@ import httpx2
 import openai
 import pytest
 
+from slogate.traces.reader import read_trace
+from slogate.traces.record import RequestRecord
 from tests.realservers import LLAMA_BAN_EOS, start_gateway
 from tests.servers import Server
-from traces.reader import read_trace
-from traces.record import RequestRecord
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow, pytest.mark.timeout(180)]
 

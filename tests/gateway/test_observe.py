@@ -13,6 +13,7 @@ import orjson
 import pytest
 import zstandard
 
+from slogate.traces.reader import read_trace
 from tests.gateway.fixtures_gateway import (
     CANARY,
     SIM_MODEL,
@@ -26,7 +27,6 @@ from tests.gateway.fixtures_gateway import (
 )
 from tests.servers import free_port
 from tests.simserver import start_sim
-from traces.reader import read_trace
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,16 +11,16 @@ import orjson
 from multidict import CIMultiDict
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.config import Timeouts
-from gateway.errors import json_error, sse_error
-from gateway.live_metrics import Histogram, LiveMetrics, MetricsCollector, make_registry, render
-from gateway.logs import RedactFilter
-from gateway.relay import forward_request_headers, forward_response_headers
-from gateway.status import StatusWindow
-from gateway.timeouts import Deadlines, Watchdog, limits_ns
-from gateway.upstream import Upstream
-from traces.record import RequestRecord
-from traces.slo import parse_slo
+from slogate.gateway.config import Timeouts
+from slogate.gateway.errors import json_error, sse_error
+from slogate.gateway.live_metrics import Histogram, LiveMetrics, MetricsCollector, make_registry, render
+from slogate.gateway.logs import RedactFilter
+from slogate.gateway.relay import forward_request_headers, forward_response_headers
+from slogate.gateway.status import StatusWindow
+from slogate.gateway.timeouts import Deadlines, Watchdog, limits_ns
+from slogate.gateway.upstream import Upstream
+from slogate.traces.record import RequestRecord
+from slogate.traces.slo import parse_slo
 
 
 def rec(**kw) -> RequestRecord:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import cli
-from gateway.config import build_config, merge, read_toml, upstream_specs
-from traces.cli import UsageError
+from slogate.gateway import cli
+from slogate.gateway.config import build_config, merge, read_toml, upstream_specs
+from slogate.traces.usage import UsageError
 
 TOML = """
 [gateway]

@@ -8,16 +8,16 @@ import time
 
 import pytest
 
-from gateway.routing import health
-from gateway.routing.admission import AdmissionQueue, Rejected, parse_priority
-from gateway.routing.config import RoutingConfig, check_routing, routing_from_dict, specs_from
-from gateway.routing.policies import Group, PrefixAffinity, make_policy, prefix_key
-from gateway.routing.pools import parse_rule, parse_rules, pool_for
-from gateway.routing.router import Router
-from gateway.routing.scrape import parse_engine_load
-from gateway.routing.upstreams import Lease, UpstreamSpec, UpstreamState, host_port, parse_upstream
-from traces.cli import UsageError
-from traces.request_info import request_info
+from slogate.gateway.routing import health
+from slogate.gateway.routing.admission import AdmissionQueue, Rejected, parse_priority
+from slogate.gateway.routing.config import RoutingConfig, check_routing, routing_from_dict, specs_from
+from slogate.gateway.routing.policies import Group, PrefixAffinity, make_policy, prefix_key
+from slogate.gateway.routing.pools import parse_rule, parse_rules, pool_for
+from slogate.gateway.routing.router import Router
+from slogate.gateway.routing.scrape import parse_engine_load
+from slogate.gateway.routing.upstreams import Lease, UpstreamSpec, UpstreamState, host_port, parse_upstream
+from slogate.traces.request_info import request_info
+from slogate.traces.usage import UsageError
 
 
 def states(*weights: float, pool: str = "default") -> list[UpstreamState]:

@@ -13,6 +13,7 @@ import time
 import orjson
 import pytest
 
+from slogate.traces.reader import read_trace
 from tests.gateway.fixtures_gateway import (
     SIM_MODEL,
     http_request,
@@ -22,7 +23,6 @@ from tests.gateway.fixtures_gateway import (
     wait_for,
 )
 from tests.simserver import start_sim
-from traces.reader import read_trace
 
 pytestmark = pytest.mark.timeout(120)
 

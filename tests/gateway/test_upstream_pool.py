@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from gateway.config import Timeouts
-from gateway.h1 import request_bytes
-from gateway.upstream import Upstream
-from gateway.upstream_conn import UpstreamError
+from slogate.gateway.config import Timeouts
+from slogate.gateway.h1 import request_bytes
+from slogate.gateway.upstream import Upstream
+from slogate.gateway.upstream_conn import UpstreamError
 from tests.gateway.fixtures_gateway import SIM_MODEL, sim_running, wait_for
 from tests.servers import Server, free_port
 from tests.simserver import start_sim

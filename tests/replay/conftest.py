@@ -29,7 +29,7 @@ def wake_noise_p99(seconds: float = 0.5) -> float:
 
 _REFERENCE = """
 import asyncio, sys, time, orjson, uvloop
-from replay.pacer import sleep_until, start_from_wall_clock
+from slogate.replay.pacer import sleep_until, start_from_wall_clock
 spec = orjson.loads(sys.stdin.buffer.read())
 
 async def main():

@@ -11,7 +11,7 @@ from tests.replay.conftest import AZURE
 from tests.servers import REPO, free_port
 
 # not `-m traces.cli`: run as __main__ its UsageError is another class than the one modules raise
-SLOGATE = [sys.executable, "-c", "import sys; from traces.cli import main; sys.exit(main())"]
+SLOGATE = [sys.executable, "-c", "import sys; from slogate.cli import main; sys.exit(main())"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

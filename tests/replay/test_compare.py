@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from replay.compare import CompareError, flatten, parse_bound
-from replay.results import RunSummary, load
+from slogate.cli import main as slogate
+from slogate.replay.compare import CompareError, flatten, parse_bound
+from slogate.replay.results import RunSummary, load
 from tests.replay.test_compare_runs import make_trace, replay, sim_target
-from traces.cli import main as slogate
 
 
 @pytest.fixture(scope="module")

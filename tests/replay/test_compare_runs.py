@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from replay.results import load
-from traces.cli import main as slogate
-from traces.record import RequestRecord, TraceHeader
-from traces.segments import write_segment
+from slogate.cli import main as slogate
+from slogate.replay.results import load
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.segments import write_segment
 
 MAX_SEQS = 4
 OUT_TOKENS = 10
@@ -30,7 +30,7 @@ def sim_target(gpu: str = "h100-sxm", max_seqs: int = MAX_SEQS) -> str:
 
 def step_s(gpu: str = "h100-sxm") -> float:
     """Step time of a full decode batch, from the simulator's own step model."""
-    from replay.sim.config import SimConfig, build, step_model
+    from slogate.replay.sim.config import SimConfig, build, step_model
 
     spec = build(SimConfig(gpu=gpu, model="llama-3-8b", max_num_seqs=MAX_SEQS, jitter=0.0))
     kv_tokens = MAX_SEQS * (IN_TOKENS + OUT_TOKENS)

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from replay.results import load as load_results
+from slogate.cli import main as slogate
+from slogate.replay.results import load as load_results
+from slogate.traces.reader import read_trace
 from tests.replay.test_report import SECTIONS, chromium, console_errors, needs_chromium
 from tests.servers import REPO, SLOGATE
-from traces.cli import main as slogate
-from traces.reader import read_trace
 
 DEMO = [*SLOGATE, "demo", "--no-progress", "--status-every", "2s"]
 RUNS = ("a100-80g", "h100-sxm", "l40s-fp8", "production-live")

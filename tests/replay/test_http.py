@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from replay.http import HttpError, Pool
+from slogate.replay.http import HttpError, Pool
 
 SSE = b"data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n"
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from replay.results import load
+from slogate.replay.results import load
+from slogate.traces import formats
 from tests.servers import REPO
 from tests.simserver import start_sim
-from traces import formats
 
 RATE = 10.0  # req/s of the synthetic schedule
 DURATION_S = 60  # far longer than any test: the run only ends by the signal
@@ -30,7 +30,7 @@ OUTPUT_TOKENS = 100
 
 def replay(url: str, out: Path, *args: str, rate: float = RATE) -> subprocess.Popen[str]:
     """`slogate replay` in its own process group (like a shell job: Ctrl-C reaches the whole group)."""
-    cmd = [sys.executable, "-m", "traces.cli", "replay", "--synthetic", f"constant:rate={rate:g}",
+    cmd = [sys.executable, "-m", "slogate", "replay", "--synthetic", f"constant:rate={rate:g}",
            "--duration", f"{DURATION_S}s", "--input-tokens", "fixed:20", "--output-tokens", f"fixed:{OUTPUT_TOKENS}",
            "--target", url, "--out", str(out), "--quiet", *args]
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -13,11 +13,11 @@ import asyncio
 import aiohttp
 import pytest
 
-from replay.profiles import synthesize
-from replay.prompts import PromptBuilder, calibrate
-from replay.run import ReplayOptions, replay
-from replay.tokenizers import probe_server_tokenizer
-from replay.workload import PlannedRequest
+from slogate.replay.profiles import synthesize
+from slogate.replay.prompts import PromptBuilder, calibrate
+from slogate.replay.run import ReplayOptions, replay
+from slogate.replay.tokenizers import probe_server_tokenizer
+from slogate.replay.workload import PlannedRequest
 from tests.realservers import start_llama
 
 pytestmark = [pytest.mark.llama, pytest.mark.slow]

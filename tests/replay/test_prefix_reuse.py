@@ -22,10 +22,10 @@ import urllib.request
 import msgspec
 import pytest
 
-from replay import workload as wl
-from replay.run import ReplayOptions, replay
-from replay.scrape import parse_metrics
-from replay.source import load_trace, trace_workload
+from slogate.replay import workload as wl
+from slogate.replay.run import ReplayOptions, replay
+from slogate.replay.scrape import parse_metrics
+from slogate.replay.source import load_trace, trace_workload
 from tests.replay.conftest import MOONCAKE
 from tests.simserver import start_sim
 

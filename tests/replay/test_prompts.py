@@ -8,10 +8,10 @@ import asyncio
 import aiohttp
 import pytest
 
-from replay.prompts import PromptBuilder, calibrate
-from replay.sim import tokenizer as sim_tok
-from replay.tokenizers import probe_server_tokenizer
-from replay.workload import PlannedRequest
+from slogate.replay.prompts import PromptBuilder, calibrate
+from slogate.replay.sim import tokenizer as sim_tok
+from slogate.replay.tokenizers import probe_server_tokenizer
+from slogate.replay.workload import PlannedRequest
 from tests.simserver import start_sim
 
 

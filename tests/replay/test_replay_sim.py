@@ -8,15 +8,15 @@ import time
 
 import pytest
 
-from replay import workload as wl
-from replay.cli import main as replay_main
-from replay.profiles import synthesize
-from replay.run import ReplayOptions, replay
-from replay.source import load_trace, trace_workload
+from slogate.replay import workload as wl
+from slogate.replay.cli import main as replay_main
+from slogate.replay.profiles import synthesize
+from slogate.replay.run import ReplayOptions, replay
+from slogate.replay.source import load_trace, trace_workload
+from slogate.traces import formats
+from slogate.traces.slo import parse_slo
 from tests.replay.conftest import AZURE, reference_pacer
 from tests.simserver import start_sim
-from traces import formats
-from traces.slo import parse_slo
 
 
 @pytest.mark.slow

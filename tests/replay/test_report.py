@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from replay import report
-from replay.sweep import load as load_sweep
+from slogate.cli import main as slogate
+from slogate.replay import report
+from slogate.replay.sweep import load as load_sweep
 from tests.replay.test_compare_runs import capacity_rps, make_trace, replay, replay_args
-from traces.cli import main as slogate
 
 SECTIONS = ("environment", "summary", "cdf", "timeline", "sweep")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

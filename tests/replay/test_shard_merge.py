@@ -8,16 +8,16 @@ import time
 
 import pytest
 
-from replay.merge import merge_dirs
-from replay.merge_cli import main as merge_main
-from replay.outputs.records import read
-from replay.results import load
+from slogate.replay.merge import merge_dirs
+from slogate.replay.merge_cli import main as merge_main
+from slogate.replay.outputs.records import read
+from slogate.replay.results import load
+from slogate.traces.metrics import summarize
 from tests.servers import REPO
 from tests.simserver import start_sim
-from traces.metrics import summarize
 
 # not `-m traces.cli`: run as __main__ its UsageError is another class than the one modules raise
-SLOGATE = [sys.executable, "-c", "import sys; from traces.cli import main; sys.exit(main())"]
+SLOGATE = [sys.executable, "-c", "import sys; from slogate.cli import main; sys.exit(main())"]
 
 ARGS = ["--synthetic", "poisson:rate=30", "--duration", "4", "--seed", "9", "--input-tokens", "uniform:20,200",
         "--output-tokens", "uniform:2,20", "--endpoint", "completions", "--quiet", "--slo", "ttft=0.2"]
@@ -53,7 +53,7 @@ def test_three_shards_merge_to_the_single_run(tmp_path) -> None:
 
 
 def test_merge_refuses_other_directories(tmp_path) -> None:
-    from traces.cli import UsageError
+    from slogate.traces.usage import UsageError
 
     with pytest.raises(UsageError, match="not a replay result directory"):
         merge_dirs([tmp_path])

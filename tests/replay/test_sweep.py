@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from replay.sweep import Sweep, SweepPoint, find_knee, load, max_meeting, next_refine_x
+from slogate.cli import main as slogate
+from slogate.replay.sweep import Sweep, SweepPoint, find_knee, load, max_meeting, next_refine_x
 from tests.replay.test_compare_runs import MAX_SEQS, OUT_TOKENS, capacity_rps, make_trace, replay_args
-from traces.cli import main as slogate
 
 
 @pytest.fixture(scope="module")

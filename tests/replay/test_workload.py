@@ -7,9 +7,9 @@ import statistics
 
 import pytest
 
-from replay import workload as wl
-from replay.profiles import synthesize
-from replay.workload import PlannedRequest, WorkloadError
+from slogate.replay import workload as wl
+from slogate.replay.profiles import synthesize
+from slogate.replay.workload import PlannedRequest, WorkloadError
 from tests.replay.conftest import AZURE
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import aiohttp
 
-from replay.sim.engine import SimRequest
+from slogate.replay.sim.engine import SimRequest
 
 
 def prompt_of(n_tokens: int, salt: int = 0) -> str:

@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from replay.sim.cli import configure
-from traces.cli import UsageError
+from slogate.replay.sim.cli import configure
+from slogate.traces.usage import UsageError
 
 
 def slogate(*args: str) -> subprocess.CompletedProcess[str]:
     # as the `slogate` console script does it (python -m traces.cli would define a second UsageError class)
-    code = "import sys; from traces.cli import main; sys.exit(main())"
+    code = "import sys; from slogate.cli import main; sys.exit(main())"
     return subprocess.run([sys.executable, "-c", code, "sim", *args], capture_output=True, text=True, timeout=60)
 
 

@@ -7,10 +7,10 @@ import statistics
 import msgspec
 import pytest
 
-from replay.sim.catalog import find_gpu, find_model, load_custom
-from replay.sim.engine import SimConfig, SimRequest, closed_loop, run_virtual, simulate
-from replay.sim.steptime import fit_linear
-from traces.cli import UsageError
+from slogate.replay.sim.catalog import find_gpu, find_model, load_custom
+from slogate.replay.sim.engine import SimConfig, SimRequest, closed_loop, run_virtual, simulate
+from slogate.replay.sim.steptime import fit_linear
+from slogate.traces.usage import UsageError
 
 
 def batch(n=8, prompt=32, out=128):
@@ -147,7 +147,7 @@ def test_precision_tp_and_overrides_change_timing():
         r = simulate([SimRequest(arrival=0, prompt_tokens=32, output_tokens=20)], SimConfig(jitter=0, **kw))[0]
         return statistics.median(r.itl())
 
-    from replay.sim.config import build
+    from slogate.replay.sim.config import build
 
     assert itl(dtype="fp8") < 0.7 * itl()  # half the weight bytes on a memory-bound decode
     assert itl(dtype="int4") < itl(dtype="fp8")

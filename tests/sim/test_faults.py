@@ -10,7 +10,7 @@ import aiohttp
 import openai
 import pytest
 
-from replay.sim.faults import FaultConfig, parse_fault_config, parse_request_fault
+from slogate.replay.sim.faults import FaultConfig, parse_fault_config, parse_request_fault
 from tests.sim.conftest import parse_sse
 
 MODEL = "llama-3-8b"

@@ -7,7 +7,7 @@ import statistics
 
 import msgspec
 
-from replay.sim.engine import SimConfig, SimRequest, simulate
+from slogate.replay.sim.engine import SimConfig, SimRequest, simulate
 from tests.sim.realclient import run_plan
 
 

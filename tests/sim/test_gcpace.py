@@ -15,8 +15,8 @@ import weakref
 
 import aiohttp
 
-from replay.sim.clock import RealClock
-from replay.sim.gcpace import PILE_UP, YOUNG_THRESHOLD, GcPacer
+from slogate.replay.sim.clock import RealClock
+from slogate.replay.sim.gcpace import PILE_UP, YOUNG_THRESHOLD, GcPacer
 
 
 class Node:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from replay.sim.catalog import find_gpu, find_model
-from replay.sim.kvcache import KVCache, kv_blocks_for
-from replay.sim.scheduler import Scheduler, SimReq
+from slogate.replay.sim.catalog import find_gpu, find_model
+from slogate.replay.sim.kvcache import KVCache, kv_blocks_for
+from slogate.replay.sim.scheduler import Scheduler, SimReq
 
 
 def req(uid: int, prompt: int, out: int, hashes=None, times=None) -> SimReq:

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traces.anonymize import SALT_ENV, PrefixHasher, SaltError, load_salt, salt_id, session_hash
-from traces.reader import read_trace
-from traces.record import RequestRecord
-from traces.writer import TraceWriter, WriterConfig
+from slogate.traces.anonymize import SALT_ENV, PrefixHasher, SaltError, load_salt, salt_id, session_hash
+from slogate.traces.reader import read_trace
+from slogate.traces.record import RequestRecord
+from slogate.traces.writer import TraceWriter, WriterConfig
 
 SALT = b"s" * 32
 

@@ -14,7 +14,7 @@ import textwrap
 
 CHILD = textwrap.dedent("""
     import json, os, resource, sys
-    from traces.fdtable import reserve_fds
+    from slogate.traces.fdtable import reserve_fds
 
     def fdsize():
         for line in open("/proc/self/status"):

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from traces import formats, samples
-from traces.anonymize import PrefixHasher
-from traces.formats.mooncake import coarsen_factor
-from traces.record import RequestRecord, TraceHeader
-from traces.segments import TraceError
+from slogate.traces import formats, samples
+from slogate.traces.anonymize import PrefixHasher
+from slogate.traces.formats.mooncake import coarsen_factor
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.segments import TraceError
 
 AZURE_2024 = (
     "TIMESTAMP,ContextTokens,GeneratedTokens\r\n"

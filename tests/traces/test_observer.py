@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slogate.traces.observer import StreamObserver
 from tests.traces.stream_shapes import SHAPES, VLLM_CHAT_USAGE
-from traces.observer import StreamObserver
 
 EVENT_END = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r(?!\n))")
 

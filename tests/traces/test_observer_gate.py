@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traces.observer import _ERROR_WORD, _FINISH_KEY, _TAIL_GATE, _USAGE_KEY, _value_at
+from slogate.traces.observer import _ERROR_WORD, _FINISH_KEY, _TAIL_GATE, _USAGE_KEY, _value_at
 
 PARTS = [b'"error"', b'"finish_reason"', b'"usage"', b":", b" ", b"\t", b"\r\n", b'"', b"{", b"null", b"x", b",",
          b'"stop"', b'"object":"error"']

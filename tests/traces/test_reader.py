@@ -12,10 +12,10 @@ import struct
 import pytest
 import zstandard
 
-from traces import reader as reader_module
-from traces.reader import SegmentReader, read_trace
-from traces.record import ItlSummary, RequestRecord, TraceHeader
-from traces.segments import TraceError, compressor, encode_header, encode_records, write_segment
+from slogate.traces import reader as reader_module
+from slogate.traces.reader import SegmentReader, read_trace
+from slogate.traces.record import ItlSummary, RequestRecord, TraceHeader
+from slogate.traces.segments import TraceError, compressor, encode_header, encode_records, write_segment
 
 
 def _segment(path, n: int = 12, per_frame: int = 3, start_unix: float = 0.0) -> list[int]:

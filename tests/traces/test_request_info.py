@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from traces.request_info import prompt_bytes, request_info, with_usage_requested
+from slogate.traces.request_info import prompt_bytes, request_info, with_usage_requested
 
 
 def test_chat_request_info():

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traces.metrics import percentile, summarize, tpot
-from traces.record import RequestRecord
-from traces.slo import SloError, is_good, parse_duration, parse_slo
+from slogate.traces.metrics import percentile, summarize, tpot
+from slogate.traces.record import RequestRecord
+from slogate.traces.slo import SloError, is_good, parse_duration, parse_slo
 
 
 def test_parse_slo_units_and_name():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from traces import formats, samples
-from traces.record import RequestRecord
-from traces.stats import trace_stats
+from slogate.traces import formats, samples
+from slogate.traces.record import RequestRecord
+from slogate.traces.stats import trace_stats
 
 
 def test_hand_made() -> None:

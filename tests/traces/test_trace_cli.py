@@ -6,9 +6,9 @@ import json
 import subprocess
 import sys
 
-from traces import samples
+from slogate.traces import samples
 
-_RUN = "import sys; from traces.cli import main; sys.exit(main(sys.argv[1:]))"
+_RUN = "import sys; from slogate.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def slogate(*args: str) -> subprocess.CompletedProcess[str]:

@@ -9,9 +9,9 @@ import sys
 import textwrap
 import time
 
-from traces.reader import SegmentReader, read_trace
-from traces.record import ItlSummary, RequestRecord, TraceHeader
-from traces.writer import TraceWriter, WriterConfig
+from slogate.traces.reader import SegmentReader, read_trace
+from slogate.traces.record import ItlSummary, RequestRecord, TraceHeader
+from slogate.traces.writer import TraceWriter, WriterConfig
 
 
 def _records(n: int, start: int = 0) -> list[RequestRecord]:
@@ -101,7 +101,7 @@ def test_full_queue_drops_and_counts_never_blocks(tmp_path) -> None:
 
 
 def test_bad_prompt_callable_is_counted_not_fatal(tmp_path) -> None:
-    from traces.anonymize import PrefixHasher
+    from slogate.traces.anonymize import PrefixHasher
 
     def boom() -> bytes:
         raise RuntimeError("bad body")
@@ -133,8 +133,8 @@ def test_unwritable_directory_loses_counts_then_recovers(tmp_path) -> None:
 _SCRIPT = """
 import os, random, resource, signal, sys, time
 sys.path.insert(0, {root!r})
-from traces.record import RequestRecord
-from traces.writer import TraceWriter, WriterConfig
+from slogate.traces.record import RequestRecord
+from slogate.traces.writer import TraceWriter, WriterConfig
 mode, directory = sys.argv[1], sys.argv[2]
 if mode == "fsize":
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from traces.record import RequestRecord, TraceHeader
-from traces.segments import TraceError
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.segments import TraceError
 
 FORMATS: tuple[str, ...] = ("slogate", "mooncake", "azure", "burstgpt")
 Loaded = tuple[TraceHeader, list[RequestRecord]]
@@ -33,7 +33,7 @@ def module(fmt: str) -> ModuleType:
     """The module implementing format `fmt`."""
     if fmt not in FORMATS:
         raise FormatError(f"unknown trace format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    return importlib.import_module(f"traces.formats.{fmt}")
+    return importlib.import_module(f"slogate.traces.formats.{fmt}")
 
 
 def guess_format(path: PathLike, *, for_output: bool = False) -> str:

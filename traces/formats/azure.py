@@ -16,8 +16,8 @@ import os
 from collections.abc import Sequence
 from typing import Literal
 
-from traces.record import RequestRecord, TraceHeader
-from traces.segments import TraceError
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.segments import TraceError
 
 NAME = "azure"
 SUFFIXES = (".csv",)

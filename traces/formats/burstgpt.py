@@ -10,8 +10,8 @@ from __future__ import annotations
 import csv
 import os
 
-from traces.record import RequestRecord, TraceHeader
-from traces.segments import TraceError
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.segments import TraceError
 
 NAME = "burstgpt"
 SUFFIXES = ()  # never guessed from a name: BurstGPT files are .csv like Azure's, told apart by content

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import msgspec
 
-from traces.record import RequestRecord, TraceHeader
-from traces.segments import TraceError
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.segments import TraceError
 
 NAME = "mooncake"
 SUFFIXES = (".jsonl", ".json")

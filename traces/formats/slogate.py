@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from traces.reader import read_trace
-from traces.record import RequestRecord, TraceHeader
-from traces.segments import SUFFIX, ZSTD_MAGIC, write_segment
+from slogate.traces.reader import read_trace
+from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.segments import SUFFIX, ZSTD_MAGIC, write_segment
 
 NAME = "slogate"
 SUFFIXES = (SUFFIX, ".zst")

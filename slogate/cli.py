@@ -1,7 +1,7 @@
 """The `slogate` command: a thin dispatcher from subcommand to the module that owns it.
 
 Each subcommand's module is imported only when that subcommand runs, so `slogate gateway`
-loads no replay or simulator code. Modules are named by string: `traces` imports nothing else.
+loads no replay or simulator code. Never imports a subcommand's module before it runs.
 """
 
 from __future__ import annotations
@@ -9,23 +9,20 @@ from __future__ import annotations
 import importlib
 import sys
 
+from slogate.traces.usage import UsageError
+
 # subcommand -> (module, one-line summary). Each module exposes `main(argv) -> int`.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "trace": ("traces.trace_cli", "inspect, validate and convert trace files (slogate, Mooncake, Azure, BurstGPT)"),
-    "sim": ("replay.sim.cli", "simulated continuous-batching LLM engine behind the OpenAI API"),
-    "gateway": ("gateway.cli", "sidecar proxy: relay, measure, export goodput metrics, capture traces"),
-    "replay": ("replay.cli", "replay a trace against a target and report throughput, goodput, latency"),
-    "compare": ("replay.compare_cli", "compare two or more replay results; exit 1 when a bound is broken"),
-    "sweep": ("replay.sweep_cli", "run a replay per speed/rate/concurrency point and find the knee"),
-    "report": ("replay.report_cli", "write a self-contained HTML report of one or more runs"),
-    "merge": ("replay.merge_cli", "merge shard results of a distributed replay"),
-    "demo": ("replay.demo", "the whole loop on a simulated upstream and a bundled real trace"),
+    "trace": ("slogate.traces.trace_cli", "inspect, validate and convert trace files (slogate, Mooncake, Azure, BurstGPT)"),
+    "sim": ("slogate.replay.sim.cli", "simulated continuous-batching LLM engine behind the OpenAI API"),
+    "gateway": ("slogate.gateway.cli", "sidecar proxy: relay, measure, export goodput metrics, capture traces"),
+    "replay": ("slogate.replay.cli", "replay a trace against a target and report throughput, goodput, latency"),
+    "compare": ("slogate.replay.compare_cli", "compare two or more replay results; exit 1 when a bound is broken"),
+    "sweep": ("slogate.replay.sweep_cli", "run a replay per speed/rate/concurrency point and find the knee"),
+    "report": ("slogate.replay.report_cli", "write a self-contained HTML report of one or more runs"),
+    "merge": ("slogate.replay.merge_cli", "merge shard results of a distributed replay"),
+    "demo": ("slogate.replay.demo", "the whole loop on a simulated upstream and a bundled real trace"),
 }
-
-
-class UsageError(Exception):
-    """A mistake the user can fix: printed as one line, exit status 2."""
-
 
 def _usage() -> str:
     width = max(len(name) for name in SUBCOMMANDS)
@@ -33,14 +30,13 @@ def _usage() -> str:
     lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
     if argv[0] in ("-V", "--version"):
-        from traces import __version__
+        from slogate import __version__
 
         print(f"slogate {__version__}")
         return 0
@@ -64,10 +60,5 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
 
-
 if __name__ == "__main__":
-    # Run as `python -m traces.cli`: dispatch through the importable module, so the UsageError
-    # that subcommands raise (traces.cli.UsageError) is the one caught above.
-    from traces.cli import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())
