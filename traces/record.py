@@ -15,6 +15,37 @@ SCHEMA_VERSION = 1
 
 TokensSource = Literal["usage", "chunks", "estimate"]
 
+# The one vocabulary of failures (README "Error classes"). The gateway and the replay client record
+# the same class for the same failure, so a capture and a replay of it line up; routing health
+# reads the typed value. A record with `error` set is a failed request (`is_error`).
+ErrorClass = Literal[
+    "connect",  # the upstream refused or was unreachable: nothing was sent
+    "timeout_connect",  # no connection within the connect timeout
+    "timeout_ttfb",  # connected and sent, no response head within the time-to-first-byte timeout
+    "timeout_idle",  # the response stopped in the middle for longer than the idle timeout
+    "timeout_total",  # the whole request took longer than the total timeout
+    "reset",  # the upstream closed or reset the connection before the response was complete
+    "protocol",  # the upstream's response was not valid HTTP/1.1 (bad head, bad chunk framing)
+    "upstream_status",  # the upstream answered with a non-2xx status
+    "stream_error_event",  # an error event inside a 2xx SSE stream
+    "aborted",  # the stream ended with finish_reason "error" or "abort"
+    "incomplete_stream",  # a 2xx stream that ended without [DONE] or a finish_reason
+    "client_disconnect",  # the client hung up before the response was complete
+    "rejected",  # refused by the gateway's admission limit (429/503 with Retry-After)
+    "request_too_large",  # the request body exceeded the gateway's limit (413)
+    "shutdown",  # ended by the gateway's shutdown grace deadline
+    "interrupted",  # replay: cancelled by Ctrl-C/SIGTERM after the drain
+    "gateway_error",  # a bug inside the gateway (500)
+    "unknown",  # imported traces that only say "failed"
+]
+ERROR_CLASSES: frozenset[str] = frozenset(ErrorClass.__args__)  # type: ignore[attr-defined]
+# Names written by slogate 0.1 traces and results, read as today's classes (traces/reader.py).
+LEGACY_ERRORS: dict[str, str] = {
+    "upstream_connect": "connect", "upstream_error": "protocol", "stream_error": "stream_error_event",
+    "http_4xx": "upstream_status", "http_5xx": "upstream_status", "timeout": "timeout_total",
+    "failed": "unknown", "queue_full": "rejected", "queue_timeout": "rejected",
+}
+
 
 class ItlSummary(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     """Inter-token gaps of one request: gaps between consecutive output-bearing chunks (s)."""
@@ -52,7 +83,7 @@ class RequestRecord(msgspec.Struct, omit_defaults=True, gc=False):
     chunk_times: list[float] | None = None  # offsets from t of every output-bearing chunk (optional)
     status: int = 200
     finish_reason: str | None = None
-    error: str | None = None  # error class: "upstream_connect", "timeout_ttfb", "reset", "stream_error", ...
+    error: str | None = None  # why the request failed (None: it did not): an ErrorClass
     upstream: str | None = None
     pool: str | None = None
     session: str | None = None  # keyed hash of a session/user key, if configured
@@ -89,3 +120,15 @@ def effective_e2e(record: RequestRecord) -> float | None:
 def is_error(record: RequestRecord) -> bool:
     """A failed request: non-2xx status, an error class, or a stream that ended abnormally."""
     return not (200 <= record.status < 300) or record.error is not None or record.finish_reason in ("error", "abort")
+
+
+def error_class(record: RequestRecord) -> ErrorClass | None:
+    """The failure class of a record (None when it succeeded), also for records that carry only a
+    status or a finish reason (imported traces)."""
+    if record.error is not None:
+        return record.error
+    if not (200 <= record.status < 300):
+        return "upstream_status"
+    if record.finish_reason in ("error", "abort"):
+        return "aborted"
+    return None
