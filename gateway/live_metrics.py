@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from slogate.traces.record import RequestRecord
+from slogate.traces.record import RequestRecord, error_class
 
 # Explicit buckets: OTel GenAI semantic-convention advice, extended at the ends for LLM serving.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -95,7 +95,9 @@ class LiveMetrics:
         self.tpot = HistogramFamily("gen_ai_server_time_per_output_token_seconds",
                                     "Time per output token after the first, successful responses.", m, TPOT_BUCKETS)
         self.duration = HistogramFamily("gen_ai_server_request_duration_seconds",
-                                        "Request duration to the last byte (all measured requests).", m, DURATION_BUCKETS)
+                                        "Request duration to the last byte (all measured requests; error_type is "
+                                        "the failure class, empty for successful requests).",
+                                        ("model", "error_type"), DURATION_BUCKETS)
         self.tokens = HistogramFamily("gen_ai_client_token_usage", "Input and output tokens per request.",
                                       ("model", "gen_ai_token_type"), TOKEN_BUCKETS)
         self.itl = HistogramFamily("slogate_inter_token_latency_seconds",
@@ -137,9 +139,10 @@ class LiveMetrics:
             reason = LABEL_OTHER
         key = (model, upstream, status_class, reason)
         self.requests[key] = self.requests.get(key, 0) + 1
-        failed = record.error is not None or not (200 <= record.status < 300)
+        failed_as = error_class(record)  # the one success rule (traces.record.is_error)
+        failed = failed_as is not None
         if record.e2e is not None:
-            self.duration.get(labels).observe(record.e2e)
+            self.duration.get((model, failed_as or "")).observe(record.e2e)
         if not failed:
             if record.ttft is not None:
                 self.ttft.get(labels).observe(record.ttft)

@@ -41,7 +41,7 @@ class Recorder:
         if chunk_times is not None and len(chunk_times) > 1:
             gaps = [b - a for a, b in pairwise(chunk_times)]
         self.metrics.observe(record, goods, gaps)
-        self.status.add(record, goods)
+        self.status.add(record)
         if self.capture is not None:
             self.capture.submit(record, body)
         else:

@@ -15,7 +15,6 @@ import hashlib
 import logging
 import signal
 import sys
-import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -57,7 +56,7 @@ class Gateway:
             state.target = Upstream(state.spec.url, state.name)
             self.upstreams.append(state.target)
         self.metrics = LiveMetrics([s.name for s in slos], max_models=cfg.max_model_labels)
-        self.status = StatusWindow(slos)
+        self.status = StatusWindow(slos, self.start_ns)
         self.capture = (
             Capture(cfg, start_ns=self.start_ns, start_unix=self.start_unix, config_digest=config_digest(cfg))
             if cfg.trace.dir else None
@@ -85,8 +84,8 @@ class Gateway:
     async def status_endpoint(self, request: BaseRequest) -> web.Response:
         # Percentiles over up to 5 minutes of requests: computed in a thread on a copy, so a large
         # window never stalls the relay for long (the copy itself is a fast C-level list()).
-        entries, now = list(self.status.entries), time.monotonic()
-        snap = await asyncio.to_thread(self.status.snapshot, entries, now)
+        rows, now = list(self.status.rows), self.status.now()
+        snap = await asyncio.to_thread(self.status.snapshot, rows, now)
         snap["upstreams"] = {
             s.name: {"inflight_requests": s.inflight_requests, "inflight_tokens": max(0, s.inflight_tokens),
                      "ready": s.target.ready}  # type: ignore[attr-defined]

@@ -1,85 +1,102 @@
 """`/slogate/status` (rolling 1-minute and 5-minute windows), `/healthz` and `/readyz`.
 
-The relay appends one small tuple per finished request (`StatusWindow.add`); percentiles,
-throughput, goodput and SLO attainment are computed only when `/slogate/status` is requested,
-with `traces.metrics.summarize`. Never holds text, headers or client addresses.
+The relay hands each finished request to `StatusWindow.add` (one small Struct appended); the figures
+are computed only when `/slogate/status` is requested, by the one summary (`traces.summary`), so
+they equal `results.json`, `slogate compare` and `trace stats` on the same requests. Never holds
+text, headers or client addresses.
 """
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Sequence
+from time import perf_counter_ns
 
-from slogate.traces.metrics import summarize
-from slogate.traces.record import RequestRecord, is_error
+import msgspec
+
+from slogate.traces.record import RequestRecord
 from slogate.traces.slo import Slo
+from slogate.traces.summary import RunSummary, Window, summarize
 
 WINDOWS = (("1m", 60.0), ("5m", 300.0))
-_MAX_ENTRIES = 1_000_000  # memory bound (~100 MB) at extreme request rates
+_MAX_ENTRIES = 1_000_000  # memory bound (~300 MB) at extreme request rates
+
+
+class StatusRow(msgspec.Struct, gc=False, array_like=True):
+    """One finished request: when it finished (seconds since the gateway started, the records' time
+    base) and its record without the per-chunk offsets and prefix ids (kept small)."""
+
+    finished: float
+    record: RequestRecord
 
 
 class StatusWindow:
-    """Finished requests of the last 5 minutes as (t, failed, goods, in, out, ttft, tpot, e2e, n_inputs)."""
+    """Finished requests of the last 5 minutes, summarized on request."""
 
-    def __init__(self, slos: Sequence[Slo]) -> None:
+    def __init__(self, slos: Sequence[Slo], start_ns: int | None = None) -> None:
         self.slos = list(slos)
-        self.start = time.monotonic()
-        self.entries: deque[tuple] = deque(maxlen=_MAX_ENTRIES)
+        self.start_ns = perf_counter_ns() if start_ns is None else start_ns
+        self.rows: deque[StatusRow] = deque(maxlen=_MAX_ENTRIES)
         self.total_requests = 0
 
-    def add(self, record: RequestRecord, goods: tuple[bool, ...]) -> None:
-        now = time.monotonic()
-        entries = self.entries
-        entries.append((now, is_error(record), goods, record.input_tokens or 0, record.output_tokens or 0,
-                        record.ttft, record.tpot, record.e2e, record.n_inputs or 0))
+    def now(self) -> float:
+        return (perf_counter_ns() - self.start_ns) * 1e-9
+
+    def add(self, record: RequestRecord) -> None:
+        now = self.now()
+        rows = self.rows
+        slim = msgspec.structs.replace(record, chunk_times=None, hash_ids=None) if (
+            record.chunk_times is not None or record.hash_ids is not None) else record
+        rows.append(StatusRow(now, slim))
         self.total_requests += 1
         horizon = now - WINDOWS[-1][1]
-        while entries[0][0] < horizon:  # lazy prune: amortized O(1)
-            entries.popleft()
+        while rows[0].finished < horizon:  # lazy prune: amortized O(1)
+            rows.popleft()
 
-    def snapshot(self, entries: list[tuple] | None = None, now: float | None = None) -> dict:
-        """The status document. Pass a copy of `entries` (and `now`) to compute it off the event loop."""
-        now = time.monotonic() if now is None else now
-        rows = list(self.entries) if entries is None else entries
-        uptime = now - self.start
+    def snapshot(self, rows: list[StatusRow] | None = None, now: float | None = None) -> dict:
+        """The status document. Pass a copy of `rows` (and `now`) to compute it off the event loop."""
+        now = self.now() if now is None else now
+        rows = list(self.rows) if rows is None else rows
         return {
-            "uptime_s": round(uptime, 3),
+            "uptime_s": round(now, 3),
             "requests_total": self.total_requests,
-            "windows": {name: self._window(rows, now, min(seconds, max(uptime, 1e-9)), seconds)
-                        for name, seconds in WINDOWS},
+            "windows": {name: self._window(rows, now, seconds) for name, seconds in WINDOWS},
         }
 
-    def _window(self, entries: list[tuple], now: float, span: float, seconds: float) -> dict:
-        rows = [e for e in entries if e[0] >= now - seconds]
-        n = len(rows)
-        out_tokens = sum(r[4] for r in rows)
-        in_tokens = sum(r[3] for r in rows)
-        window: dict = {
-            "seconds": seconds,
-            "span_s": span,
-            "requests": n,
-            "errors": sum(1 for r in rows if r[1]),
-            "request_rate": n / span,
-            "output_tokens_per_s": out_tokens / span,
-            "total_tokens_per_s": (in_tokens + out_tokens) / span,
-            "embedding_inputs_per_s": sum(r[8] for r in rows) / span,
+    def _window(self, rows: list[StatusRow], now: float, seconds: float) -> dict:
+        window = Window(max(now - seconds, 0.0), now)  # shorter while the gateway is younger than `seconds`
+        records = [row.record for row in rows if row.finished >= now - seconds]
+        return status_window(summarize(records, window=window, slos=self.slos), seconds, self.slos)
+
+
+def status_window(s: RunSummary, seconds: float, slos: Sequence[Slo]) -> dict:
+    """The JSON of one status window, from the summary of its requests."""
+    doc: dict = {
+        "seconds": seconds,
+        "span_s": s.duration_s,
+        "requests": s.requests,
+        "errors": s.failed,
+        "errors_by_class": s.failed_by_class,
+        "request_rate": s.request_rate_rps,
+        "output_tokens_per_s": s.output_tokens_per_s,
+        "total_tokens_per_s": s.total_tokens_per_s,
+        "samples_per_s": s.samples_per_s,
+        "input_tokens_estimated": s.input_tokens_estimated,
+    }
+    for key, dist in (("ttft", s.ttft_s), ("tpot", s.tpot_s), ("e2e", s.e2e_s)):
+        doc[key] = {"count": dist.count, "p50": dist.p50, "p90": dist.p90, "p99": dist.p99}
+    doc["slos"] = {
+        slo.name: {
+            "spec": slo.spec(),
+            "good_requests": int(g["good_requests"]),
+            "goodput_requests_per_s": g["goodput_rps"],
+            "goodput_tokens_per_s": g["goodput_tokens_per_s"],
+            "attainment": g["slo_attainment"] if s.requests else None,
         }
-        for i, key in ((5, "ttft"), (6, "tpot"), (7, "e2e")):
-            s = summarize(r[i] for r in rows)
-            window[key] = {"count": s.count, "p50": s.p50, "p90": s.p90, "p99": s.p99}
-        slos = {}
-        for j, slo in enumerate(self.slos):
-            good = [r for r in rows if r[2][j]]
-            slos[slo.name] = {
-                "spec": slo.spec(),
-                "good_requests": len(good),
-                "goodput_requests_per_s": len(good) / span,
-                "goodput_tokens_per_s": sum(r[4] for r in good) / span,
-                "attainment": (len(good) / n) if n else None,
-            }
-        window["slos"] = slos
-        return window
+        for slo in slos
+        for g in (s.goodput_by_slo[slo.name],)
+    }
+    return doc
 
 
 def health_response(ready: bool) -> tuple[int, bytes]:

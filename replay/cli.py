@@ -20,7 +20,7 @@ from slogate.replay import workload as wl
 from slogate.traces.usage import UsageError
 
 if TYPE_CHECKING:
-    from slogate.replay.results import RunSummary
+    from slogate.traces.summary import RunSummary
 
 EXAMPLES = """examples:
   # 10 minutes of a production trace at 10x speed against a vLLM server

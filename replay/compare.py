@@ -13,11 +13,12 @@ from pathlib import Path
 
 import msgspec
 
-from slogate.replay.measure import run_duration
-from slogate.replay.results import Environment, Results, RunSummary, load, summarize_run
+from slogate.replay.measure import offered_rate
+from slogate.replay.results import Environment, Results, load
 from slogate.traces.metrics import Summary
 from slogate.traces.segments import TraceError
 from slogate.traces.slo import Slo, SloError, parse_slo
+from slogate.traces.summary import RunSummary, summarize
 
 SUMMARY_STATS = tuple(f.name for f in msgspec.structs.fields(Summary))  # count, mean, p50, …, max
 TABLE_STATS = ("p50", "p90", "p99", "max", "mean")  # the stats the side-by-side table shows
@@ -25,8 +26,8 @@ TABLE_STATS = ("p50", "p90", "p99", "max", "mean")  # the stats the side-by-side
 # (they describe the run's setup), smaller for everything else (latencies, failures, drift, cost).
 HIGHER_IS_BETTER = ("request_rate_rps", "output_tokens_per_s", "total_tokens_per_s", "samples_per_s",
                     "goodput", "slo_attainment")
-NEUTRAL = ("requests", "duration_s", "offered_rate_rps", "send_rate_rps", "lag_bound_s", "warmup_requests",
-           "cost_per_hour_usd")
+NEUTRAL = ("requests", "duration_s", "window_start_s", "offered_rate_rps", "send_rate_rps", "lag_bound_s",
+           "warmup_requests", "cost_per_hour_usd", "input_tokens", "output_tokens", "input_tokens_estimated")
 
 FAIL_IF_GRAMMAR = (
     "METRIC OP BOUND, OP one of < <= > >=; BOUND '+10%'/'-5%' (relative change vs the baseline), "
@@ -90,7 +91,8 @@ def load_side(path: str | Path, *, slos: Sequence[Slo] = (), name: str | None = 
 
 
 def summarize_trace(path: str | Path, *, slos: Sequence[Slo] = ()) -> Results:
-    """Summarize a captured trace like a run, over its span (first arrival to last completion).
+    """Summarize a captured trace like a run: the same summary, over its offered window (the arrivals
+    are the schedule a replay of it offers, so a candidate that keeps up reports the same rates).
 
     Uses `slos` when given, else the SLOs recorded in the trace header."""
     from slogate.traces.reader import read_trace
@@ -106,7 +108,7 @@ def summarize_trace(path: str | Path, *, slos: Sequence[Slo] = ()) -> Results:
             slos = [parse_slo(spec, default_name=name) for name, spec in trace.header.slos.items()]
         except SloError:
             slos = []
-    summary = summarize_run(trace.records, duration_s=max(run_duration(trace.records), 1e-9), slos=slos)
+    summary = summarize(trace.records, slos=slos, offered_rate_rps=offered_rate(trace.records))
     env = Environment(
         target=f"trace:{trace.header.source or 'capture'}",
         trace=str(path),
@@ -157,6 +159,9 @@ def flatten(summary: RunSummary) -> dict[str, float | None]:
             for slo_name, numbers in value.items():
                 for key, v in numbers.items():
                     out[f"goodput_by_slo.{slo_name}.{key}"] = float(v)
+        elif field.name == "failed_by_class":
+            for cls, n in value.items():
+                out[f"failed_by_class.{cls}"] = float(n)
         elif isinstance(value, bool):
             out[field.name] = float(value)
         elif (value is None or isinstance(value, int | float)) and field.name not in ("slo",):

@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from slogate import __version__
 from slogate.replay import measure
 from slogate.replay.interrupt import INTERRUPTED_ERROR
-from slogate.replay.results import Environment, Results, RunSummary, summarize_run
+from slogate.replay.results import Environment, Results
 from slogate.replay.worker import Item
 from slogate.replay.workload import Workload
 from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.slo import Slo
+from slogate.traces.summary import Planned, RunSummary, offered_window, run_window
+from slogate.traces.summary import summarize as summarize_records
 
 
 def redact(command: list[str]) -> list[str]:
@@ -37,12 +39,17 @@ def redact(command: list[str]) -> list[str]:
     return out
 
 
-def summarize(records: list[RequestRecord], planned: list[tuple[int | None, int | None]] | None, *,
-              slos: Sequence[Slo], cost_per_hour: float | None, lag_bound_s: float, open_loop: bool) -> RunSummary:
-    """RunSummary of measured records, with the run-level measurements (also used by merge)."""
-    summary = summarize_run(records, duration_s=measure.run_duration(records), slos=slos, planned=planned,
-                            offered_rate_rps=measure.offered_rate(records) if open_loop else None,
-                            cost_per_hour_usd=cost_per_hour)
+def summarize(records: list[RequestRecord], planned: list[Planned] | None, *,
+              slos: Sequence[Slo], cost_per_hour: float | None, lag_bound_s: float, open_loop: bool,
+              input_floor: int | None = None) -> RunSummary:
+    """RunSummary of measured records, with the run-level measurements (also used by merge).
+
+    Open loop: rates over the offered window (the same for every candidate replaying the schedule);
+    closed loop (no schedule): first send to last completion."""
+    window = offered_window(records) if open_loop else run_window(records)
+    summary = summarize_records(records, window=window, slos=slos, planned=planned, input_floor=input_floor,
+                                offered_rate_rps=measure.offered_rate(records) if open_loop else None,
+                                cost_per_hour_usd=cost_per_hour)
     summary.send_rate_rps = measure.send_rate(records)
     summary.lag_bound_s = lag_bound_s
     reasons = measure.degraded_reasons(records, lag_bound_s=lag_bound_s, open_loop=open_loop)
@@ -56,13 +63,18 @@ def collect(items: list[Item], workload: Workload, env: Environment, *, slos: Se
     items.sort(key=lambda it: (it[3].t, it[0]))
     measured = [it for it in items if not it[2]]
     records = [it[3] for it in measured]
-    planned = [(it[1], it[3].max_tokens) for it in measured]
+    planned = [Planned(it[1], it[3].max_tokens) for it in measured]
     summary = summarize(records, planned, slos=slos, cost_per_hour=cost_per_hour, lag_bound_s=lag_bound_s,
-                        open_loop=not workload.concurrency)
+                        open_loop=not workload.concurrency, input_floor=input_floor(env))
     summary.warmup_requests = len(items) - len(measured)
     header = TraceHeader(slogate_version=__version__, start_unix=env.start_unix, block_size=workload.block_size,
                          block_unit="tokens", tokens_source=None, slos=env.slo, source="replay")
     return Results(environment=env, summary=summary), records, header
+
+
+def input_floor(env: Environment) -> int | None:
+    """The fewest prompt tokens the target can be sent: the tokens its template adds around any prompt."""
+    return env.prompt_base_tokens
 
 
 def mark_interrupted(summary: RunSummary, items: list[Item], *, planned: int | None) -> None:

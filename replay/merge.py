@@ -12,9 +12,10 @@ from pathlib import Path
 
 import msgspec
 
-from slogate.replay.results import Results, RunSummary, load
+from slogate.replay.results import Results, load
 from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.slo import Slo, parse_slo
+from slogate.traces.summary import RunSummary
 from slogate.traces.usage import UsageError
 
 
@@ -56,14 +57,22 @@ def merge_dirs(dirs: list[str | Path]) -> Merged:
     slos: list[Slo] = [parse_slo(f"{name}:{spec}") for name, spec in env.slo.items()]
     summary = summarize(records, None, slos=slos, cost_per_hour=first.summary.cost_per_hour_usd,
                         lag_bound_s=first.summary.lag_bound_s or 0.010, open_loop=first.summary.offered_rate_rps is not None)
-    drifts_in = [r.summary.input_token_drift for r, _, _ in runs if r.summary.input_token_drift is not None]
-    drifts_out = [r.summary.output_token_drift for r, _, _ in runs if r.summary.output_token_drift is not None]
-    summary.input_token_drift = max(drifts_in) if drifts_in else None
-    summary.output_token_drift = max(drifts_out) if drifts_out else None
+    _merge_drift(summary, [r.summary for r, _, _ in runs])
     summary.warmup_requests = sum(r.summary.warmup_requests for r, _, _ in runs)
     _merge_interrupted(summary, [r.summary for r, _, _ in runs])
     header = msgspec.structs.replace(runs[0][1], start_unix=base)
     return Merged(results=Results(environment=env, summary=summary, point=first.point), records=records, header=header)
+
+
+def _merge_drift(summary: RunSummary, shards: list[RunSummary]) -> None:
+    """Drift of shards (the planned lengths stay with each shard): the largest mean and worst request,
+    the summed counts of requests off by more than one token and of unreachable ones."""
+    for side in ("input", "output"):
+        for key, combine in ((f"{side}_token_drift", max), (f"{side}_drift_worst", max), (f"{side}_drift_requests", sum)):
+            values = [getattr(s, key) for s in shards if getattr(s, key) is not None]
+            setattr(summary, key, combine(values) if values else None)
+    unreachable = [s.unreachable_requests for s in shards if s.unreachable_requests is not None]
+    summary.unreachable_requests = sum(unreachable) if unreachable else None
 
 
 def _merge_interrupted(summary: RunSummary, shards: list[RunSummary]) -> None:

@@ -239,6 +239,7 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
     env = _environment(options, workload, info, forcing, plan.tokenizer + ("" if plan.exact else " (inexact)"),
                        start_wall, workers=workers)
     env.models = info.models
+    env.prompt_base_tokens = plan.base_tokens if plan.tokenizer != "none" else None
     return _output(items, workload, options, env, cpu=cpu, signum=interrupt.signum)
 
 

@@ -6,6 +6,7 @@ three importable. The venv test installs real wheels from the package index cach
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -76,16 +77,19 @@ def test_installs_beside_pypi_traces_and_replay(tmp_path):
     py = str(env_dir / "bin" / "python")
     pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, "traces", "replay"], check=True, timeout=600)
-    # --no-deps + the running venv's site-packages on the path: no second download of slogate's deps.
-    subprocess.run([*pip, "--no-deps", str(REPO)], check=True, timeout=600,
-                   cwd=tmp_path)
+    # A copy of the sources (setuptools builds in the source folder); --no-deps + the running venv's
+    # site-packages on the path: no second download of slogate's dependencies.
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", ".*cache",
+                                                             ".hypothesis", "__pycache__"))
+    subprocess.run([*pip, "--no-deps", str(src)], check=True, timeout=600, cwd=tmp_path)
     site = next(p for p in sys.path if p.endswith("site-packages"))
-    code = ("import sys; sys.path.append(%r)\n"
+    code = (f"import sys; sys.path.append({site!r})\n"
             "import traces, replay, slogate.traces.record, slogate.gateway.relay, slogate.replay.cli\n"
             "assert 'slogate' not in (traces.__file__ or ''), traces.__file__\n"
             "assert 'slogate' not in (replay.__file__ or ''), replay.__file__\n"
             "import importlib.util\n"
             "assert importlib.util.find_spec('gateway') is None\n"
-            "print('ok')\n") % site
+            "print('ok')\n")
     out = subprocess.run([py, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -1,19 +1,22 @@
 """Trace statistics: a pure function from records to the numbers `slogate trace stats` prints.
 
-requests, span, mean rate, inter-arrival CV, input/output token mean/p50/p99 and prefix reuse
-(share of prompt blocks whose id already appeared earlier in the trace). Never reads files.
+The shape of the load (span, mean rate, inter-arrival CV, token mean/p50/p99, prefix reuse: share of
+prompt blocks whose id already appeared earlier) plus the one summary of `traces.summary` (latency,
+throughput, goodput, failures), exactly as every other surface computes it. Never reads files.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import msgspec
 
 from slogate.traces.metrics import percentile
 from slogate.traces.record import RequestRecord, is_error
+from slogate.traces.slo import Slo
+from slogate.traces.summary import RunSummary, summarize
 
 
 class TokenStats(msgspec.Struct):
@@ -33,6 +36,8 @@ class TraceStats(msgspec.Struct):
     output_tokens: TokenStats
     prefix_reuse: float | None  # null when no record has hash ids
     errors: int = 0  # failed requests (non-2xx, error class, abnormal finish)
+    input_estimated: int = 0  # records whose input_tokens is the gateway's estimate (no usage was sent)
+    summary: RunSummary | None = None  # the one summary (traces.summary) over the trace's offered window
 
 
 def _tokens(values: list[int]) -> TokenStats:
@@ -42,7 +47,7 @@ def _tokens(values: list[int]) -> TokenStats:
     return TokenStats(mean=math.fsum(values) / len(values), p50=percentile(values, 50.0), p99=percentile(values, 99.0))
 
 
-def trace_stats(records: Iterable[RequestRecord]) -> TraceStats:
+def trace_stats(records: Iterable[RequestRecord], slos: Sequence[Slo] = ()) -> TraceStats:
     """Statistics of records given in arrival order (ties keep their order for prefix reuse)."""
     records = records if isinstance(records, list) else list(records)
     times = [r.t for r in records]
@@ -69,6 +74,8 @@ def trace_stats(records: Iterable[RequestRecord]) -> TraceStats:
         output_tokens=_tokens(outputs),
         prefix_reuse=reused / blocks if blocks else None,
         errors=errors,
+        input_estimated=sum(1 for r in records if r.input_estimated),
+        summary=summarize(records, slos=slos) if records else None,
     )
 
 

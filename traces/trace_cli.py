@@ -19,6 +19,7 @@ from slogate.traces import formats
 from slogate.traces.reader import SegmentReader, read_trace, segment_paths
 from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.segments import TraceError
+from slogate.traces.slo import Slo, SloError, parse_slo
 from slogate.traces.stats import TokenStats, TraceStats, trace_stats
 from slogate.traces.usage import UsageError
 
@@ -53,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", metavar="FILE", help="trace file(s); slogate segments are merged into one trace")
     p.add_argument("--json", action="store_true", help="print JSON (one object, or one per file keyed by path)")
     p.add_argument("--from", dest="fmt", metavar="FMT", help=fmt_help)
+    p.add_argument("--slo", action="append", default=[], metavar="[NAME:]SPEC",
+                   help="SLO for goodput and attainment, e.g. ttft=0.5,tpot=50ms (repeatable; default: the SLOs "
+                        "in the trace header)")
 
     p = sub.add_parser("convert", help="convert a trace between formats",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,8 +117,19 @@ def _traces(files: Sequence[str], fmt: str | None) -> list[tuple[str, str, Trace
 # -- stats -------------------------------------------------------------------------------------------
 
 
+def _slos(specs: Sequence[str], header: TraceHeader) -> list[Slo]:
+    """--slo values, else the SLOs the trace header recorded."""
+    try:
+        if specs:
+            return [parse_slo(spec, default_name=f"slo{i}" if i else "default") for i, spec in enumerate(specs)]
+        return [parse_slo(spec, default_name=name) for name, spec in header.slos.items()]
+    except SloError as exc:
+        raise UsageError(f"--slo: {exc}") from None
+
+
 def _stats(args: argparse.Namespace) -> int:
-    results = [(label, fmt, trace_stats(records)) for label, fmt, _, records in _traces(args.files, args.fmt)]
+    results = [(label, fmt, trace_stats(records, _slos(args.slo, header)))
+               for label, fmt, header, records in _traces(args.files, args.fmt)]
     if args.json:
         payload = results[0][2] if len(results) == 1 else {label: s for label, _, s in results}
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(payload)).decode() + "\n")
@@ -149,6 +164,21 @@ def _stats_text(label: str, fmt: str, s: TraceStats) -> str:
         ("prefix_reuse", reuse),
         ("errors", f"{s.errors:,}"),
     ]
+    if s.input_estimated:
+        rows[5] = ("input_tokens", _tokens_text(s.input_tokens)
+                   + f"   (estimated for {s.input_estimated:,} of {s.requests:,} requests)")
+    m = s.summary
+    if m is not None and m.e2e_s.count:  # measured timings (a capture or a run), not an imported public trace
+        if m.failed_by_class:
+            rows.append(("failed_by_class", ", ".join(f"{k} {v:,}" for k, v in m.failed_by_class.items())))
+        for key in ("ttft_s", "tpot_s", "e2e_s"):
+            d = getattr(m, key)
+            rows.append((key, f"p50 {_num(d.p50, 4)}   p90 {_num(d.p90, 4)}   p99 {_num(d.p99, 4)}   "
+                              f"(n={d.count:,}, successful requests)"))
+        rows.append(("output_tokens_per_s", _num(m.output_tokens_per_s, 1)))
+        for name, g in m.goodput_by_slo.items():
+            rows.append((f"slo {name}", f"attainment {g['slo_attainment']:.4f}   good {int(g['good_requests']):,}   "
+                                        f"goodput {g['goodput_rps']:.3f} req/s"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 

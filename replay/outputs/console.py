@@ -8,8 +8,9 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from slogate.replay.results import Results, RunSummary
+from slogate.replay.results import Results
 from slogate.traces.metrics import Summary
+from slogate.traces.summary import RunSummary
 
 
 def _ms(x: float | None) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from time import perf_counter_ns
 
 import orjson
 from multidict import CIMultiDict
@@ -72,17 +73,15 @@ def test_metrics_render_and_parse():
 
 def test_status_window_rates_goodput_attainment():
     slos = [parse_slo("fast:ttft=0.15"), parse_slo("strict:ttft=0.05")]
-    w = StatusWindow(slos)
-    w.start -= 120  # pretend the gateway has run for 2 minutes
+    w = StatusWindow(slos, perf_counter_ns() - 120 * 10**9)  # as if the gateway had run for 2 minutes
     for i in range(10):
-        r = rec(ttft=0.1 if i < 8 else 0.3)
-        w.add(r, (r.ttft <= 0.15, False))
-    w.add(rec(status=502, error="upstream_connect", ttft=None), (False, False))
+        w.add(rec(t=w.now() - 0.35, ttft=0.1 if i < 8 else 0.3, e2e=0.35))
+    w.add(rec(t=w.now() - 0.01, status=502, error="connect", ttft=None, tpot=None, e2e=0.01, output_tokens=None))
     snap = w.snapshot()
     one = snap["windows"]["1m"]
-    assert one["requests"] == 11 and one["errors"] == 1
+    assert one["requests"] == 11 and one["errors"] == 1 and one["errors_by_class"] == {"connect": 1}
     assert abs(one["request_rate"] - 11 / 60) < 1e-9
-    assert abs(one["output_tokens_per_s"] - 55 / 60) < 1e-9
+    assert abs(one["output_tokens_per_s"] - 50 / 60) < 1e-9  # each token counted when it was produced
     assert one["slos"]["fast"]["good_requests"] == 8
     assert abs(one["slos"]["fast"]["attainment"] - 8 / 11) < 1e-9
     assert one["slos"]["strict"]["attainment"] == 0
@@ -93,10 +92,10 @@ def test_status_window_rates_goodput_attainment():
 
 def test_status_window_prunes_old_entries():
     w = StatusWindow([])
-    w.add(rec(), ())
-    w.entries[0] = (time.monotonic() - 400, *w.entries[0][1:])
-    w.add(rec(), ())
-    assert len(w.entries) == 1
+    w.add(rec())
+    w.rows[0].finished = w.now() - 400
+    w.add(rec())
+    assert len(w.rows) == 1
 
 
 def test_error_shapes():

@@ -10,7 +10,8 @@ import pytest
 
 from slogate.cli import main as slogate
 from slogate.replay.compare import CompareError, flatten, parse_bound
-from slogate.replay.results import RunSummary, load
+from slogate.replay.results import load
+from slogate.traces.summary import RunSummary
 from tests.replay.test_compare_runs import make_trace, replay, sim_target
 
 
