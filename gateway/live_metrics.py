@@ -14,9 +14,10 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from slogate.traces.histogram import HistogramFamily
 from slogate.traces.record import RequestRecord, error_class
 
 # Explicit buckets: OTel GenAI semantic-convention advice, extended at the ends for LLM serving.
@@ -32,55 +33,6 @@ OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "function_call", "content_filter", "error", "abort"})
 LABEL_OTHER = "other"
 LABEL_NONE = "none"
-
-
-class Histogram:
-    """A cumulative-on-render histogram: one bisect and three increments per observation."""
-
-    __slots__ = ("bounds", "count", "counts", "sum")
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(float(b) for b in bounds)
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.sum += value
-        self.count += 1
-
-    def buckets(self) -> list[tuple[str, int]]:
-        out, acc = [], 0
-        for bound, n in zip(self.bounds, self.counts, strict=False):
-            acc += n
-            out.append((_le(bound), acc))
-        out.append(("+Inf", self.count))
-        return out
-
-
-def _le(bound: float) -> str:
-    return str(int(bound)) + ".0" if bound == int(bound) else repr(bound)
-
-
-class HistogramFamily:
-    __slots__ = ("bounds", "doc", "label_names", "name", "series")
-
-    def __init__(self, name: str, doc: str, label_names: tuple[str, ...], bounds: Sequence[float]) -> None:
-        self.name, self.doc, self.label_names, self.bounds = name, doc, label_names, bounds
-        self.series: dict[tuple[str, ...], Histogram] = {}
-
-    def get(self, labels: tuple[str, ...]) -> Histogram:
-        h = self.series.get(labels)
-        if h is None:
-            h = self.series[labels] = Histogram(self.bounds)
-        return h
-
-    def family(self) -> HistogramMetricFamily:
-        fam = HistogramMetricFamily(self.name, self.doc, labels=list(self.label_names))
-        for labels, h in self.series.items():
-            fam.add_metric(list(labels), h.buckets(), h.sum)
-        return fam
 
 
 class LiveMetrics:

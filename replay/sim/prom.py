@@ -1,16 +1,17 @@
 """The simulator's /metrics: vLLM's metric names, labels and buckets, rendered only on scrape.
 
-The hot path bumps plain ints (`ServerStats`, `FastHistogram.observe`); the collector turns them
+The hot path bumps plain ints (`ServerStats`, `Histogram.observe`); the collector turns them
 into Prometheus families when scraped. Nothing here runs per token beyond a bisect and two adds.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from slogate.traces.histogram import Histogram
 
 # vLLM v1 buckets (vllm/v1/metrics/loggers.py)
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -23,42 +24,6 @@ EMIT_LAG_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004,
                     0.1, 0.25, 1.0)
 
 
-class FastHistogram:
-    """A cumulative-on-scrape histogram: observe() is a bisect and two adds."""
-
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(bounds)
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.sum = 0.0
-
-    def observe(self, v: float) -> None:
-        self.counts[bisect_left(self.bounds, v)] += 1
-        self.sum += v
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
-
-    def buckets(self) -> list[tuple[str, int]]:
-        out, acc = [], 0
-        for b, c in zip(self.bounds, self.counts, strict=False):
-            acc += c
-            out.append((repr(float(b)), acc))
-        out.append(("+Inf", acc + self.counts[-1]))
-        return out
-
-    def quantile(self, q: float) -> float:
-        """Upper bucket bound holding the q-quantile (coarse; for logs and the bench)."""
-        total, acc = self.count, 0
-        for b, c in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            acc += c
-            if total and acc >= q * total:
-                return b
-        return 0.0
-
-
 class ServerStats:
     """Counters and histograms of one replica, updated inline by the server."""
 
@@ -66,11 +31,11 @@ class ServerStats:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0, "error": 0}
-        self.ttft = FastHistogram(TTFT_BUCKETS)
-        self.itl = FastHistogram(ITL_BUCKETS)
-        self.e2e = FastHistogram(REQUEST_LATENCY_BUCKETS)
-        self.queue = FastHistogram(REQUEST_LATENCY_BUCKETS)
-        self.emit_lag = FastHistogram(EMIT_LAG_BUCKETS)
+        self.ttft = Histogram(TTFT_BUCKETS)
+        self.itl = Histogram(ITL_BUCKETS)
+        self.e2e = Histogram(REQUEST_LATENCY_BUCKETS)
+        self.queue = Histogram(REQUEST_LATENCY_BUCKETS)
+        self.emit_lag = Histogram(EMIT_LAG_BUCKETS)
         self.emit_lag_max = 0.0
         self.rejected = 0
 
