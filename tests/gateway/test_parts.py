@@ -13,9 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slogate.gateway.config import Timeouts
 from slogate.gateway.errors import json_error, sse_error
+from slogate.gateway.headers import forward_request_headers, forward_response_headers
 from slogate.gateway.live_metrics import Histogram, LiveMetrics, MetricsCollector, make_registry, render
 from slogate.gateway.logs import RedactFilter
-from slogate.gateway.relay import forward_request_headers, forward_response_headers
 from slogate.gateway.status import StatusWindow
 from slogate.gateway.timeouts import Deadlines, Watchdog, limits_ns
 from slogate.gateway.upstream import Upstream
@@ -41,7 +41,7 @@ def test_histogram_buckets_are_le_cumulative():
 def test_metrics_render_and_parse():
     m = LiveMetrics(["fast", "slow"], max_models=2)
     m.observe(rec(), (True, False), [0.01, 0.02])
-    m.observe(rec(model="b", status=500, error="http_5xx", finish_reason=None), (False, False), None)
+    m.observe(rec(model="b", status=500, error="upstream_status", finish_reason=None), (False, False), None)
     m.observe(rec(model="c", finish_reason="weird"), (True, True), None)  # third model folds into "other"
     registry = make_registry(MetricsCollector(m, lambda: [("127.0.0.1:1", 3, 99)], lambda: (7, 1)))
     text = render(registry).decode()
@@ -77,7 +77,7 @@ def test_status_window_rates_goodput_attainment():
     for i in range(10):
         r = rec(ttft=0.1 if i < 8 else 0.3)
         w.add(r, (r.ttft <= 0.15, False))
-    w.add(rec(status=502, error="upstream_connect", ttft=None), (False, False))
+    w.add(rec(status=502, error="connect", ttft=None), (False, False))
     snap = w.snapshot()
     one = snap["windows"]["1m"]
     assert one["requests"] == 11 and one["errors"] == 1
