@@ -16,6 +16,7 @@ from slogate.gateway.errors import json_error, sse_error
 from slogate.gateway.headers import forward_request_headers, forward_response_headers
 from slogate.gateway.live_metrics import Histogram, LiveMetrics, MetricsCollector, make_registry, render
 from slogate.gateway.logs import RedactFilter
+from slogate.gateway.overhead import Overhead
 from slogate.gateway.status import StatusWindow
 from slogate.gateway.timeouts import Deadlines, Watchdog, limits_ns
 from slogate.gateway.upstream import Upstream
@@ -182,3 +183,15 @@ def test_log_redaction_drops_addresses_and_exception_text():
     RedactFilter().filter(record)
     text = logging.Formatter().format(record)
     assert "10.1.2.3" not in text and "secret" not in text and "ValueError" in text
+
+
+def test_overhead_counts_waits_once_and_closes_a_wait_left_open():
+    ov = Overhead()
+    t0 = ov.wait_start()
+    t1 = ov.wait_end()
+    assert ov.wait_ns == t1 - t0 and ov.wait_end() >= t1 and ov.wait_ns == t1 - t0  # a second end adds nothing
+    ov.sink_ns = 5
+    t2 = ov.wait_start()  # a wait a cancellation never ended
+    end = t2 + 1_000_000
+    assert ov.busy_ns(t0, end) == (end - t0) - ((t1 - t0) + (end - t2)) + 5
+    assert Overhead().busy_ns(10, 5) == 0
