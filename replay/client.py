@@ -9,15 +9,30 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import cast
 
 import msgspec
 
 from slogate.replay.http import HttpError, Pool
 from slogate.replay.interrupt import INTERRUPTED_ERROR, INTERRUPTED_STATUS
 from slogate.traces.observer import StreamObserver
-from slogate.traces.record import RequestRecord
+from slogate.traces.record import ERROR_CLASSES, ErrorClass, RequestRecord
 
 RETRY_STATUSES = frozenset({429, 502, 503})
+# replay.http raises these kinds (HttpError.kind); their error class, the one the gateway records for
+# the same failure. One small table so the codec can switch to ErrorClass names later.
+HTTP_ERRORS: dict[str, ErrorClass] = {"connect": "connect", "reset": "reset", "timeout": "timeout_total"}
+
+
+def error_class(exc: HttpError, obs: StreamObserver) -> ErrorClass:
+    """The class of a transport failure; the request timeout is `timeout_ttfb` when no byte arrived."""
+    kind = exc.kind
+    found = HTTP_ERRORS.get(kind)
+    if found is None:
+        return cast(ErrorClass, kind) if kind in ERROR_CLASSES else "reset"
+    if found == "timeout_total" and not obs.got_bytes:
+        return "timeout_ttfb"
+    return found
 
 
 class ClientConfig(msgspec.Struct, frozen=True):
@@ -61,7 +76,7 @@ async def complete(pool: Pool, cfg: ClientConfig, f: InFlight) -> RequestRecord:
         try:
             status = await pool.finish(f.pending, timeout_s=cfg.timeout_s)
         except HttpError as exc:
-            error = exc.kind
+            error = error_class(exc, f.obs)
         if f.attempt < cfg.retries and (error == "connect" or status in RETRY_STATUSES):
             f.attempt += 1
             await asyncio.sleep(cfg.retry_backoff_s * (2 ** (f.attempt - 1)))
@@ -78,7 +93,7 @@ def interrupted(cfg: ClientConfig, f: InFlight) -> RequestRecord:
     return _record(cfg, f, INTERRUPTED_STATUS, INTERRUPTED_ERROR)
 
 
-def _record(cfg: ClientConfig, f: InFlight, status: int, error: str | None) -> RequestRecord:
+def _record(cfg: ClientConfig, f: InFlight, status: int, error: ErrorClass | None) -> RequestRecord:
     record = f.obs.finish(time.perf_counter_ns(), status=status, error=error)
     record.lag = (f.t_send - f.intended_ns) * 1e-9
     record.model = cfg.model
@@ -86,8 +101,3 @@ def _record(cfg: ClientConfig, f: InFlight, status: int, error: str | None) -> R
         record.chunk_times = [round(c, 6) for c in record.chunk_times]
     return record
 
-
-async def send(pool: Pool, cfg: ClientConfig, body: bytes, *, intended_ns: int, endpoint: str | None = None,
-               stream: bool | None = None) -> RequestRecord:
-    """`start` then `complete`."""
-    return await complete(pool, cfg, start(pool, cfg, body, intended_ns=intended_ns, endpoint=endpoint, stream=stream))

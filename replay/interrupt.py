@@ -15,9 +15,11 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from slogate.traces.record import ErrorClass
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 INTERRUPTED_STATUS = 499  # like the gateway's client-gone requests (nginx's "client closed request")
-INTERRUPTED_ERROR = "interrupted"
+INTERRUPTED_ERROR: ErrorClass = "interrupted"
 
 
 class Interrupted(Exception):

@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from slogate.replay.results import load as load_results
-from slogate.traces.record import LEGACY_ERRORS, error_class
+from slogate.traces.record import error_class
 from slogate.traces.slo import is_good, parse_slo
 from slogate.traces.summary import summarize
 from tests.gateway.fixtures_gateway import (
@@ -137,8 +137,7 @@ def test_cross_surface_one_gateway_run(tmp_path: Path):
     good = sum(is_good(r, slo) for r in records)
     classes = {error_class(r) for r in records} - {None}
     # the mix really is mixed: every kind of outcome is there
-    assert {"rejected", "client_disconnect", "upstream_status", "reset", "stream_error_event"} <= {
-        LEGACY_ERRORS.get(c, c) for c in classes}  # TEMP-LEGACY
+    assert {"rejected", "client_disconnect", "upstream_status", "reset", "stream_error_event"} <= classes
     assert 0 < good < len(ok) < n  # some successful requests break the TPOT bound
 
     expected = summarize(records, slos=[slo])

@@ -14,7 +14,7 @@ import re
 import orjson
 
 from slogate.traces.metrics import itl_summary, tpot
-from slogate.traces.record import RequestRecord
+from slogate.traces.record import ErrorClass, RequestRecord
 
 NS = 1e-9
 
@@ -101,7 +101,7 @@ class StreamObserver:
         self._output_keys = _OUTPUT_KEYS if "chat" in endpoint else _OUTPUT_KEYS_TEXT_FIRST
         self._done = False
         self._finish_reason: str | None = None
-        self._error: str | None = None
+        self._error: ErrorClass | None = None
         self._usage_prompt: int | None = None
         self._usage_completion: int | None = None
         self._cached_tokens: int | None = None
@@ -207,7 +207,7 @@ class StreamObserver:
         if named_error or _TAIL_GATE(payload) is not None:
             error_word = _ERROR_WORD in payload
             if named_error or (error_word and self._error_event(payload)):
-                self._error = self._error or "stream_error"
+                self._error = self._error or "stream_error_event"
                 self._finish_reason = self._finish_reason or "error"
                 return True
             return self._decode_tail_chunk(payload)
@@ -262,7 +262,7 @@ class StreamObserver:
             self._cached_tokens = details["cached_tokens"]
 
     # ---------------------------------------------------------------- finishing
-    def finish(self, t_ns: int, *, status: int, error: str | None = None) -> RequestRecord:
+    def finish(self, t_ns: int, *, status: int, error: ErrorClass | None = None) -> RequestRecord:
         """Close the observation at the last byte (`t_ns`) and build the record's measured fields.
 
         The caller fills in context (`t`, model, upstream, max_tokens, hash_ids, ...).
@@ -273,10 +273,13 @@ class StreamObserver:
             self._read_json_body(b"".join(self._body))
         if error is None:
             error = self._error
-        if error is None and not (200 <= status < 300):
-            error = f"http_{status // 100}xx"
-        if error is None and self.stream and 200 <= status < 300 and not self._done and self._finish_reason is None:
+        ok = 200 <= status < 300
+        if error is None and not ok:
+            error = "upstream_status"
+        if error is None and self.stream and not self._done and self._finish_reason is None:
             error = "incomplete_stream"
+        if error is None and self._finish_reason in ("error", "abort"):
+            error = "aborted"
 
         ttft = (self._first_output_ns - self.t0_ns) * NS if (self.stream and self._first_output_ns is not None) else None
         e2e = (t_ns - self.t0_ns) * NS
@@ -344,13 +347,14 @@ class StreamObserver:
         self._output_chunks = max(1, round(chars / 4)) if chars else 0
 
     @property
+    def got_bytes(self) -> bool:
+        """Some body byte arrived (a timeout before that is a first-byte timeout)."""
+        return self._first_ns is not None
+
+    @property
     def output_chunks(self) -> int:
         """Output-bearing chunks seen so far (a live token count for routing)."""
         return self._output_chunks
-
-    @property
-    def first_output_ns(self) -> int | None:
-        return self._first_output_ns
 
 
 def _parse_event(event: bytes) -> tuple[bytes | None, bool]:

@@ -1,8 +1,10 @@
 """Reading trace format v1: records from one or many segments, merged in arrival order.
 
-Decodes frame by frame (zstd streaming, msgspec typed line decoding). A cut last frame (a crash)
-is skipped and its size reported in `skipped_bytes`; anything else unreadable raises `TraceError`
-naming the file and byte offset. Never writes, and never yields records of an incomplete frame.
+Decodes frame by frame (zstd streaming, msgspec typed line decoding). A frame that fails type
+validation is decoded again line by line, reading slogate 0.1 error names as today's classes
+(`LEGACY_ERRORS`). A cut last frame (a crash) is skipped and its size reported in `skipped_bytes`;
+anything else unreadable raises `TraceError` naming the file and byte offset. Never writes, and
+never yields records of an incomplete frame.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import BinaryIO
 import msgspec
 import zstandard
 
-from slogate.traces.record import SCHEMA_VERSION, RequestRecord, TraceHeader
+from slogate.traces.record import LEGACY_ERRORS, SCHEMA_VERSION, RequestRecord, TraceHeader
 from slogate.traces.segments import ZSTD_MAGIC, TraceError, list_segments
 
 READ_CHUNK = 1 << 20
@@ -26,6 +28,7 @@ _HEADER_START = b'{"kind":"header"'
 
 _record_decoder = msgspec.json.Decoder(RequestRecord)
 _header_decoder = msgspec.json.Decoder(TraceHeader)
+_untyped_decoder = msgspec.json.Decoder()
 
 PathLike = str | os.PathLike[str]
 
@@ -126,21 +129,35 @@ class SegmentReader:
         try:
             records = _record_decoder.decode_lines(data)
         except msgspec.DecodeError:
-            self._raise_bad_line(offset, data)
-            raise
+            records = self._decode_lenient(offset, data)
         self.records += len(records)
         return records
 
-    def _raise_bad_line(self, offset: int, data: bytes) -> None:
+    def _decode_lenient(self, offset: int, data: bytes) -> list[RequestRecord]:
+        """Line by line, 0.1 error names mapped (the slow path); a bad line raises TraceError."""
+        out: list[RequestRecord] = []
         for n, line in enumerate(data.split(b"\n"), start=1):
             if not line.strip():
                 continue
             try:
-                _record_decoder.decode(line)
+                out.append(_legacy_record(line))
             except msgspec.DecodeError as exc:
                 raise TraceError(
                     self.path, f"bad record on line {n} of the frame starting here: {exc}", offset=offset
                 ) from None
+        return out
+
+
+def _legacy_record(line: bytes) -> RequestRecord:
+    """One record line, its error name read through LEGACY_ERRORS (slogate 0.1 names)."""
+    try:
+        return _record_decoder.decode(line)
+    except msgspec.ValidationError:
+        obj = _untyped_decoder.decode(line)
+        if not isinstance(obj, dict) or obj.get("error") not in LEGACY_ERRORS:
+            raise
+    obj["error"] = LEGACY_ERRORS[obj["error"]]
+    return msgspec.convert(obj, RequestRecord)
 
 
 def segment_paths(paths: PathLike | Iterable[PathLike]) -> list[Path]:

@@ -83,7 +83,7 @@ class RequestRecord(msgspec.Struct, omit_defaults=True, gc=False):
     chunk_times: list[float] | None = None  # offsets from t of every output-bearing chunk (optional)
     status: int = 200
     finish_reason: str | None = None
-    error: str | None = None  # why the request failed (None: it did not): an ErrorClass
+    error: ErrorClass | None = None  # why the request failed (None: it did not)
     upstream: str | None = None
     pool: str | None = None
     session: str | None = None  # keyed hash of a session/user key, if configured

@@ -146,6 +146,8 @@ def output_tokens_in(record: RequestRecord, start: float, end: float) -> float:
         return float(n) if start <= t_last < end else 0.0
     first = 1.0 if start <= base + ttft < end else 0.0
     lo, hi = base + ttft, base + e2e  # the other n − 1 tokens, evenly over (lo, hi]
+    if hi <= lo:  # E2E and TTFT equal to float precision
+        return float(n) if start <= lo < end else 0.0
     overlap = max(0.0, min(hi, end) - max(lo, start))
     return first + (n - 1) * overlap / (hi - lo)
 

@@ -18,7 +18,9 @@ PRIORITY_HEADER = "x-slogate-priority"
 
 
 class Rejected(Exception):
-    """No room: queue full (`reason="queue_full"`) or waited too long (`"queue_timeout"`)."""
+    """No room: queue full (`reason="queue_full"`) or waited too long (`"queue_timeout"`).
+
+    The reason is the 429 body's `code` and a metrics label; the record's error class is `rejected`."""
 
     def __init__(self, reason: str, pool: str, retry_after_s: int, queue_s: float = 0.0) -> None:
         super().__init__(reason)

@@ -14,6 +14,7 @@ import aiohttp
 import msgspec
 
 from slogate.gateway.routing.upstreams import UpstreamState
+from slogate.traces.record import ErrorClass
 
 # Request outcomes the relay reports (`Router.release`).
 OK = "ok"
@@ -26,28 +27,29 @@ OTHER = "other"  # 4xx, client abort, error after streaming started: says nothin
 FAILURES = frozenset({CONNECT_ERROR, RESET_BEFORE_RESPONSE, HTTP_5XX, HTTP_503, TIMEOUT})
 
 
-_ERROR_OUTCOMES = {
-    "upstream_connect": CONNECT_ERROR, "timeout_connect": CONNECT_ERROR, "timeout_ttfb": TIMEOUT,
-    "timeout_idle": TIMEOUT, "timeout_total": TIMEOUT, "upstream_error": HTTP_5XX,
+# Error classes that speak about the upstream's health by themselves (status aside).
+_ERROR_OUTCOMES: dict[ErrorClass, str] = {
+    "connect": CONNECT_ERROR, "timeout_connect": CONNECT_ERROR, "timeout_ttfb": TIMEOUT,
+    "timeout_idle": TIMEOUT, "timeout_total": TIMEOUT, "protocol": HTTP_5XX,
 }
 
 
-def outcome_of(status: int, error: str | None, *, started: bool) -> str:
+def outcome_of(status: int, error: ErrorClass | None, *, started: bool) -> str:
     """A request's outcome for health accounting, from the gateway's status and error class.
 
-    `started`: response bytes went to the client (a reset then is not "before the response")."""
-    if error is None and 200 <= status < 300:
-        return OK
+    `started`: response bytes went to the client (a reset then is not "before the response").
+    Client disconnects, shutdown, stream error events and 4xx say nothing about health (OTHER)."""
+    if error is None:
+        if 200 <= status < 300:
+            return OK
+        error = "upstream_status"
+    if error == "upstream_status":
+        if status == 503:
+            return HTTP_503
+        return HTTP_5XX if 500 <= status < 600 else OTHER
     if error == "reset":
         return HTTP_5XX if started else RESET_BEFORE_RESPONSE
-    outcome = _ERROR_OUTCOMES.get(error or "")
-    if outcome is not None:
-        return outcome
-    if status == 503:
-        return HTTP_503
-    if 500 <= status < 600 and error in (None, "http_5xx"):
-        return HTTP_5XX
-    return OTHER
+    return _ERROR_OUTCOMES.get(error, OTHER)
 
 
 class HealthConfig(msgspec.Struct, forbid_unknown_fields=True):

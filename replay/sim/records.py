@@ -7,11 +7,21 @@ in a trace); the engine fills them in. No timing logic and no I/O here.
 from __future__ import annotations
 
 import itertools
+from typing import Literal
 
 import msgspec
 
 from slogate.traces import metrics
-from slogate.traces.record import RequestRecord
+from slogate.traces.record import ErrorClass, RequestRecord
+
+SimError = Literal["context_length", "aborted"]
+# (status, error class, finish reason) an HTTP replay of the simulator records for the same outcome of a
+# streamed request: a prompt that does not fit is a 400 before the stream; a request the engine drops
+# after admission gets an error event inside its 200 stream (replay.sim.stream.finish_error).
+RECORD_ERRORS: dict[SimError, tuple[int, ErrorClass, str | None]] = {
+    "context_length": (400, "upstream_status", None),
+    "aborted": (200, "stream_error_event", "error"),
+}
 
 
 class SimRequest(msgspec.Struct, kw_only=True):
@@ -39,7 +49,7 @@ class SimResult(msgspec.Struct, kw_only=True):
     cached_tokens: int = 0
     preemptions: int = 0
     replica: int = 0
-    error: str | None = None
+    error: SimError | None = None  # the engine's reason; to_record gives its ErrorClass
 
     @property
     def ttft(self) -> float | None:
@@ -62,12 +72,12 @@ class SimResult(msgspec.Struct, kw_only=True):
         return [b - a for a, b in itertools.pairwise(ts)]
 
     def to_record(self, endpoint: str = "/v1/completions", model: str | None = None) -> RequestRecord:
+        status, error, finish = (200, None, "length") if self.error is None else RECORD_ERRORS[self.error]
         return RequestRecord(
             t=self.arrival, endpoint=endpoint, model=model, input_tokens=self.prompt_tokens,
             output_tokens=len(self.token_times), tokens_source="usage", ttft=self.ttft, tpot=self.tpot,
             e2e=self.e2e, ttfb=self.ttft, queue=self.queue, itl=metrics.itl_summary(self.itl()),
-            status=200 if self.error is None else 400, error=self.error,
-            finish_reason="length" if self.error is None else None, cached_tokens=self.cached_tokens,
+            status=status, error=error, finish_reason=finish, cached_tokens=self.cached_tokens,
         )
 
 

@@ -69,7 +69,7 @@ def test_upstream_refused_is_a_fast_502_json():
         assert time.monotonic() - t0 < 2.0
         assert status == 502 and headers["Content-Type"].startswith("application/json")
         err = orjson.loads(raw)["error"]
-        assert err["code"] == "upstream_connect" and err["param"] is None and err["type"] and err["message"]
+        assert err["code"] == "connect" and err["param"] is None and err["type"] and err["message"]
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
         with pytest.raises(openai.APIStatusError) as exc:
             client.chat.completions.create(model=SIM_MODEL, messages=[{"role": "user", "content": "x"}])
@@ -155,7 +155,7 @@ def test_malformed_json_is_relayed_and_recorded(setup):
     assert via[0] == direct[0] == 400 and via[2] == direct[2]
     assert_serves(gw)
     records = wait_for(lambda: [r for r in trace_records(trace_dir, 1) if r.status == 400], timeout=5)
-    assert records and records[0].error == "http_4xx" and records[0].model is None
+    assert records and records[0].error == "upstream_status" and records[0].model is None
 
 
 def test_upstream_error_status_is_relayed(setup):

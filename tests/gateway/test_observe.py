@@ -120,7 +120,7 @@ def test_metrics_status_trace_and_privacy(tmp_path):
     assert [r.output_tokens for r in comps] == [4, 4, 4] and not any(r.stream for r in comps)
     assert [r.input_tokens for r in comps] == [s["input"] for s in seen[6:]]
     bad = [r for r in records if r.status == 404]
-    assert len(bad) == 1 and bad[0].error == "http_4xx" and bad[0].model == "nope"
+    assert len(bad) == 1 and bad[0].error == "upstream_status" and bad[0].model == "nope"
     assert all(r.model in (SIM_MODEL, "nope") for r in records)
     assert "trace closed" in log
 

@@ -14,9 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slogate.gateway.config import Timeouts
 from slogate.gateway.errors import json_error, sse_error
+from slogate.gateway.headers import forward_request_headers, forward_response_headers
 from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render
 from slogate.gateway.logs import RedactFilter
-from slogate.gateway.relay import forward_request_headers, forward_response_headers
+from slogate.gateway.overhead import Overhead
 from slogate.gateway.status import StatusWindow
 from slogate.gateway.timeouts import Deadlines, Watchdog, limits_ns
 from slogate.gateway.upstream import Upstream
@@ -43,7 +44,7 @@ def test_histogram_buckets_are_le_cumulative():
 def test_metrics_render_and_parse():
     m = LiveMetrics(["fast", "slow"], max_models=2)
     m.observe(rec(), (True, False), [0.01, 0.02])
-    m.observe(rec(model="b", status=500, error="http_5xx", finish_reason=None), (False, False), None)
+    m.observe(rec(model="b", status=500, error="upstream_status", finish_reason=None), (False, False), None)
     m.observe(rec(model="c", finish_reason="weird"), (True, True), None)  # third model folds into "other"
     registry = make_registry(MetricsCollector(m, lambda: [("127.0.0.1:1", 3, 99)], lambda: (7, 1)))
     text = render(registry).decode()
@@ -182,3 +183,15 @@ def test_log_redaction_drops_addresses_and_exception_text():
     RedactFilter().filter(record)
     text = logging.Formatter().format(record)
     assert "10.1.2.3" not in text and "secret" not in text and "ValueError" in text
+
+
+def test_overhead_counts_waits_once_and_closes_a_wait_left_open():
+    ov = Overhead()
+    t0 = ov.wait_start()
+    t1 = ov.wait_end()
+    assert ov.wait_ns == t1 - t0 and ov.wait_end() >= t1 and ov.wait_ns == t1 - t0  # a second end adds nothing
+    ov.sink_ns = 5
+    t2 = ov.wait_start()  # a wait a cancellation never ended
+    end = t2 + 1_000_000
+    assert ov.busy_ns(t0, end) == (end - t0) - ((t1 - t0) + (end - t2)) + 5
+    assert Overhead().busy_ns(10, 5) == 0

@@ -317,12 +317,17 @@ async def test_single_upstream_never_ejects():
 def test_outcome_of_maps_gateway_errors():
     o = health.outcome_of
     assert o(200, None, started=True) == health.OK
-    assert o(502, "upstream_connect", started=False) == health.CONNECT_ERROR
+    assert o(502, "connect", started=False) == health.CONNECT_ERROR
     assert o(504, "timeout_connect", started=False) == health.CONNECT_ERROR
     assert o(502, "reset", started=False) == health.RESET_BEFORE_RESPONSE
     assert o(200, "reset", started=True) == health.HTTP_5XX
-    assert o(503, "http_5xx", started=True) == health.HTTP_503
+    assert o(503, "upstream_status", started=True) == health.HTTP_503
+    assert o(503, None, started=False) == health.HTTP_503
+    assert o(502, "protocol", started=False) == health.HTTP_5XX
+    assert o(500, "upstream_status", started=True) == health.HTTP_5XX
     assert o(500, None, started=True) == health.HTTP_5XX
     assert o(504, "timeout_ttfb", started=False) == health.TIMEOUT
-    assert o(404, "http_4xx", started=True) == health.OTHER
+    assert o(404, "upstream_status", started=True) == health.OTHER
+    assert o(503, "shutdown", started=False) == health.OTHER
+    assert o(200, "stream_error_event", started=True) == health.OTHER
     assert o(499, "client_disconnect", started=True) == health.OTHER

@@ -56,6 +56,8 @@ def test_result_metrics_and_record():
 def test_context_too_long_is_an_error_result():
     r = simulate([SimRequest(arrival=0.0, prompt_tokens=9000, output_tokens=10)])[0]
     assert r.error == "context_length" and r.token_times == []
+    rec = r.to_record()  # what an HTTP replay records for the sim's 400 before the stream
+    assert rec.status == 400 and rec.error == "upstream_status" and rec.finish_reason is None
 
 
 def test_prefix_hits_from_hash_ids():

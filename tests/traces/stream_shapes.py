@@ -135,7 +135,7 @@ SHAPES = [
     ("tgi_chat", TGI_CHAT, (4, 4, "usage", "length", None)),
     ("llama_cpp_python", LLAMA_CPP_PYTHON, (5, 5, "chunks", "length", None)),
     ("tool_calls", TOOL_CALLS, (2, 2, "chunks", "tool_calls", None)),
-    ("error_mid_stream", ERROR_MID_STREAM, (1, 1, "chunks", "error", "stream_error")),
+    ("error_mid_stream", ERROR_MID_STREAM, (1, 1, "chunks", "error", "stream_error_event")),
     ("tricky_text", TRICKY_TEXT, (2, 2, "chunks", "stop", None)),
     ("multiline", MULTILINE, (2, 2, "chunks", "stop", None)),
 ]

@@ -93,7 +93,7 @@ def test_burstgpt_failed_rows(tmp_path) -> None:
     header, records = formats.load(samples.path(samples.BURSTGPT))
     assert header.source == "import:burstgpt" and len(records) == 54
     failed = [r for r in records if r.output_tokens == 0]
-    assert failed and all(r.status == 500 and r.error == "failed" for r in failed)
+    assert failed and all(r.status == 500 and r.error == "unknown" for r in failed)
     assert records[0].t == 5.0 and records[0].model == "ChatGPT" and records[0].input_tokens == 472
     with pytest.raises(formats.FormatError, match="not supported"):
         formats.save(records, tmp_path / "x.csv", "burstgpt")

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slogate.traces.observer import StreamObserver
+from slogate.traces.record import is_error
 from tests.traces.stream_shapes import SHAPES, VLLM_CHAT_USAGE
 
 EVENT_END = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r(?!\n))")
@@ -167,4 +168,19 @@ def test_http_error_status_is_classified():
     obs = StreamObserver(0, stream=True)
     obs.feed(b'{"error":{"message":"too long","type":"BadRequestError","param":null,"code":400}}', 1)
     rec = obs.finish(2, status=400)
-    assert rec.error == "http_4xx" and rec.status == 400
+    assert rec.error == "upstream_status" and rec.status == 400
+
+
+def test_finish_reason_abort_without_error_event_is_aborted():
+    obs = StreamObserver(0, stream=True)
+    obs.feed(b'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}\n\n', 1)
+    obs.feed(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"abort"}]}\n\ndata: [DONE]\n\n', 2)
+    rec = obs.finish(3, status=200)
+    assert rec.error == "aborted" and rec.finish_reason == "abort" and is_error(rec)
+
+
+def test_error_event_is_stream_error_event_not_aborted():
+    obs = StreamObserver(0, stream=True)
+    obs.feed(b'data: {"error":{"message":"engine died","code":500}}\n\ndata: [DONE]\n\n', 1)
+    rec = obs.finish(2, status=200)
+    assert rec.error == "stream_error_event" and rec.finish_reason == "error"

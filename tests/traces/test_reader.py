@@ -179,3 +179,32 @@ def test_read_leaves_the_garbage_collector_as_it_was(tmp_path) -> None:
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def test_slogate_0_1_error_names_read_as_error_classes(tmp_path) -> None:
+    """A trace written by slogate 0.1 (old error names, ints where floats go) reads with today's classes."""
+    lines = [
+        b'{"t":0,"status":502,"error":"upstream_connect","ttft":null}',
+        b'{"t":1.5,"status":500,"error":"http_5xx","itl":{"count":1,"mean":0.1,"p50":0.1,"p99":0.1,"max":0.1}}',
+        b'{"t":2.0,"error":"stream_error","finish_reason":"error"}',
+        b'{"t":3.0,"output_tokens":7}',
+        b'{"t":4.0,"status":429,"error":"queue_full"}',
+    ]
+    frame = encode_header(TraceHeader()) + b"\n".join(lines) + b"\n"
+    path = tmp_path / "old.jsonl.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(frame))
+    records = read_trace(path).records
+    assert [r.error for r in records] == ["connect", "upstream_status", "stream_error_event", None, "rejected"]
+    assert records[1].itl == ItlSummary(count=1, mean=0.1, p50=0.1, p99=0.1, max=0.1) and records[0].t == 0.0
+    assert records[3].output_tokens == 7
+    plain = tmp_path / "old.jsonl"
+    plain.write_bytes(frame)
+    assert [r.error for r in SegmentReader(plain).read()] == [r.error for r in records]
+
+
+def test_unknown_error_name_is_a_bad_record(tmp_path) -> None:
+    path = tmp_path / "bad.jsonl.zst"
+    body = encode_header(TraceHeader()) + b'{"t":0.0}\n{"t":1.0,"error":"bogus"}\n'
+    path.write_bytes(zstandard.ZstdCompressor().compress(body))
+    with pytest.raises(TraceError, match=r"line 2 .*bogus"):
+        read_trace(path)

@@ -1,8 +1,8 @@
 """BurstGPT CSV traces (HPMLL/BurstGPT): read by column name; import only.
 
 Columns used: `Timestamp` (seconds from midnight of the first day), `Model`, `Request tokens`,
-`Response tokens`. A row with zero response tokens is a failed request (status 500, error
-"failed"). Other columns (`Total tokens`, `Log Type`, session columns) are ignored.
+`Response tokens`. A row with zero response tokens is a failed request (status 500, error class
+"unknown": the trace does not say why). Other columns (`Total tokens`, `Log Type`, session columns) are ignored.
 """
 
 from __future__ import annotations
@@ -50,6 +50,6 @@ def load(path: str | os.PathLike[str]) -> tuple[TraceHeader, list[RequestRecord]
                 input_tokens=tokens_in,
                 output_tokens=tokens_out,
                 status=500 if failed else 200,
-                error="failed" if failed else None,
+                error="unknown" if failed else None,
             ))
     return TraceHeader(tokens_source="usage", source="import:burstgpt"), records

@@ -1,0 +1,77 @@
+"""Record assembly: the observer's measured fields plus what the gateway knows of the request → one
+`RequestRecord`, handed to the Recorder.
+
+Runs once per measured request, after its response ended (or never started); never on the
+per-chunk path, never raises into the relay (a failing recorder is logged, the request goes on).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slogate.gateway.recorder import Recorder
+from slogate.traces.observer import StreamObserver
+from slogate.traces.record import ErrorClass, RequestRecord
+from slogate.traces.request_info import RequestInfo
+
+log = logging.getLogger("slogate.gateway")
+
+NS = 1e-9
+_CLIENT_SIDE: frozenset[ErrorClass] = frozenset({"client_disconnect", "shutdown"})
+
+
+def measured(obs: StreamObserver, t_done: int, status: int, error: ErrorClass | None) -> RequestRecord:
+    """The observer's record; a client that hangs up (or a shutdown) after [DONE] / the finish chunk
+    got the whole answer, so those classes only replace `incomplete_stream`."""
+    if error in _CLIENT_SIDE and obs.stream:
+        record = obs.finish(t_done, status=status)
+        if record.error == "incomplete_stream":
+            record.error = error
+        return record
+    return obs.finish(t_done, status=status, error=error)
+
+
+def with_request(record: RequestRecord, info: RequestInfo, t0_ns: int, start_ns: int) -> RequestRecord:
+    """Arrival time and the request's own fields."""
+    record.t = (t0_ns - start_ns) * NS
+    record.model = info.model
+    record.stream = info.stream
+    record.max_tokens = info.max_tokens
+    return record
+
+
+def exchange_record(obs: StreamObserver, info: RequestInfo, *, t0_ns: int, start_ns: int, t_done: int, status: int,
+                    error: ErrorClass | None, upstream: str, pool: str | None, queue: float | None,
+                    overhead_ns: int) -> RequestRecord:
+    """The record of a request that went to an upstream."""
+    record = with_request(measured(obs, t_done, status, error), info, t0_ns, start_ns)
+    if record.input_tokens is None and info.prompt_chars:
+        # no usage (llama.cpp streams, failed requests): bytes/4 keeps the request replayable
+        record.input_tokens = info.est_input_tokens
+        record.input_estimated = True
+    if record.n_inputs is None:
+        record.n_inputs = info.n_inputs
+    record.upstream = upstream
+    record.pool = pool
+    record.queue = queue
+    record.overhead = overhead_ns * NS
+    return record
+
+
+def unsent_record(info: RequestInfo, *, t0_ns: int, start_ns: int, t_end: int, status: int, error: ErrorClass,
+                  pool: str | None, queue: float | None) -> RequestRecord:
+    """A measured request that never reached an upstream (admission 429, or the client left the queue)."""
+    obs = StreamObserver(t0_ns, stream=False, endpoint=info.endpoint)
+    record = with_request(obs.finish(t_end, status=status, error=error), info, t0_ns, start_ns)
+    record.pool = pool
+    record.queue = queue
+    return record
+
+
+def hand_off(recorder: Recorder, record: RequestRecord, parsed: Any) -> None:
+    """To live metrics, the status window and the capture; metrics must never break the relay."""
+    try:
+        recorder.finish(record, parsed)
+    except Exception:
+        log.exception("recording a request failed")

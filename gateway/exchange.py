@@ -1,0 +1,292 @@
+"""One relayed request: the attempts over upstreams, the response (small or streamed), its record.
+
+`Exchange` is a plain object per request (no per-request closures or tasks). Before any byte reached
+the client it may move to another upstream when the router allows it (connect error, reset before
+the response, 503); after that a failure ends the response (gateway.failures). Every way out records
+the request exactly once with its error class (traces.record.ErrorClass). Never decodes JSON per
+chunk and never logs per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from time import perf_counter_ns
+from typing import Any, Protocol, cast
+
+from aiohttp import web
+
+from slogate.gateway import assemble
+from slogate.gateway.errors import json_error, status_of
+from slogate.gateway.failures import end_late
+from slogate.gateway.h1 import Head, request_bytes
+from slogate.gateway.headers import forward_request_headers, forward_response_headers
+from slogate.gateway.overhead import Overhead
+from slogate.gateway.recorder import Recorder
+from slogate.gateway.routing.health import HTTP_503, OTHER, outcome_of
+from slogate.gateway.routing.router import Router, RouteRequest
+from slogate.gateway.routing.upstreams import Lease
+from slogate.gateway.streaming import ClientGone, Stream
+from slogate.gateway.timeouts import Deadlines, Watchdog
+from slogate.gateway.upstream import Upstream
+from slogate.gateway.upstream_conn import UpstreamConn, UpstreamError
+from slogate.traces.observer import StreamObserver
+from slogate.traces.record import ERROR_CLASSES, ErrorClass
+from slogate.traces.request_info import RequestInfo
+
+log = logging.getLogger("slogate.gateway")
+
+_SMALL_BODY = 1 << 20  # non-streamed responses up to this size are relayed in one write
+
+# gateway.upstream raises these codes (UpstreamError.code); their error class. One small table so the
+# connection layer can switch to ErrorClass names later (a code already in ERROR_CLASSES passes through).
+UPSTREAM_ERRORS: dict[str, ErrorClass] = {
+    "upstream_connect": "connect", "timeout_connect": "timeout_connect", "upstream_error": "protocol",
+    "reset": "reset",
+}
+
+
+def upstream_error_class(exc: UpstreamError) -> ErrorClass:
+    code = exc.code
+    found = UPSTREAM_ERRORS.get(code)
+    if found is not None:
+        return found
+    return cast(ErrorClass, code) if code in ERROR_CLASSES else "protocol"
+
+
+class Shared(Protocol):
+    """What an exchange reads of the gateway-wide state (gateway.relay.Relay)."""
+
+    deadlines: Deadlines
+    limits: tuple[int | None, int | None, int | None]
+    active: set[Watchdog]
+    router: Router
+    recorder: Recorder
+    start_ns: int
+    stopping: bool
+
+
+class Exchange:
+    """State of one relayed request (see the module docstring)."""
+
+    __slots__ = (
+        "body", "conn", "info", "lease", "obs", "outcome", "overhead", "parsed", "relay", "request", "resp",
+        "route", "stream", "strip", "t0", "t_body", "tpot", "ttft", "upstream", "wd",
+    )
+
+    def __init__(self, relay: Shared, request: web.Request, route: RouteRequest, lease: Lease,
+                 info: RequestInfo | None, parsed: Any, body: bytes, strip: bool, t0: int, t_body: int) -> None:
+        self.relay = relay
+        self.request = request
+        self.route = route
+        self.lease = lease  # the router's claim on the upstream (in-flight requests and tokens)
+        self.upstream: Upstream = lease.upstream.target  # type: ignore[assignment]
+        self.outcome = OTHER  # for the router's health accounting, set when the request is recorded
+        self.ttft: float | None = None
+        self.tpot: float | None = None
+        self.info = info  # None once recorded (or for unmeasured paths)
+        self.parsed = parsed
+        self.body = body
+        self.strip = strip
+        self.t0 = t0
+        self.t_body = t_body
+        self.obs: StreamObserver | None = None
+        self.resp: web.StreamResponse | None = None  # set once the response head went to the client
+        self.conn: UpstreamConn | None = None
+        self.stream: Stream | None = None
+        self.overhead = Overhead()
+        self.wd: Watchdog | None = None
+
+    async def run(self) -> web.StreamResponse:
+        self.wd = wd = Watchdog(self.relay.deadlines, self.relay.limits, self.t0)
+        active = self.relay.active
+        active.add(wd)
+        try:
+            return await self._attempts(wd)
+        except Exception:
+            if self.resp is not None:
+                raise  # the response is under way: aiohttp cuts the connection
+            log.exception("relaying a request failed")  # a bug: answered 500 and recorded
+            return self._fail_early("gateway_error", None)
+        finally:
+            active.discard(wd)
+            wd.stop()
+            self.relay.router.release(self.lease, self.outcome, self.ttft, self.tpot)
+            self._release_conn()
+
+    def _release_conn(self) -> None:
+        conn = self.conn
+        if conn is not None:
+            self.conn = None
+            pool = self.upstream.pool
+            if pool is not None:
+                pool.release(conn)  # reused after a complete exchange; aborts the upstream otherwise
+            else:
+                conn.abort()
+
+    # ------------------------------------------------------------------ attempts over upstreams
+    async def _attempts(self, wd: Watchdog) -> web.StreamResponse:
+        request = self.request
+        headers = forward_request_headers(request.headers, injected=self.strip).items()
+        overhead = self.overhead
+        while True:  # one pass per attempt; another only while nothing went to the client
+            up = self.upstream
+            data = request_bytes(request.method, up.prefix + request.raw_path, up.host_header, headers, self.body)
+            wd.waiting_first_byte(overhead.wait_start())
+            try:
+                self.conn, head = await up.exchange(data, no_body=request.method == "HEAD")
+            except asyncio.CancelledError:
+                return self._cancelled_early(wd)
+            except UpstreamError as exc:
+                overhead.wait_end()
+                code = upstream_error_class(exc)
+                if self._retry(outcome_of(status_of(code), code, started=False)):
+                    continue
+                # The detail names the upstream only: never bytes of its response (they may echo the request).
+                return self._fail_early(code, up.name)
+            t_head = overhead.wait_end()
+            if head.status == 503 and self._retry(HTTP_503):  # overloaded or draining: try another upstream
+                continue
+            break
+        wd.streaming(t_head)
+        return await self._respond(self.conn, head, wd)
+
+    def _retry(self, outcome: str) -> bool:
+        """Before any byte reached the client: move to another upstream when the router allows it."""
+        lease = self.relay.router.retry(self.route, self.lease, outcome)
+        if lease is None:
+            return False
+        self._release_conn()  # to the pool it came from: reused if its (error) body was complete, else aborted
+        self.lease = lease
+        self.upstream = lease.upstream.target  # type: ignore[assignment]
+        return True
+
+    # ------------------------------------------------------------------ the response
+    async def _respond(self, conn: UpstreamConn, head: Head, wd: Watchdog) -> web.StreamResponse:
+        status = head.status
+        headers = head.headers
+        ok = 200 <= status < 300
+        is_sse = ok and headers.get("Content-Type", "").startswith("text/event-stream")
+        encoded = headers.get("Content-Encoding", "identity").lower() not in ("identity", "")
+        strip = self.strip and is_sse and not encoded
+        if self.info is not None:
+            self.obs = StreamObserver(
+                self.t0, stream=is_sse and not encoded, endpoint=self.info.endpoint, strip_usage=strip,
+                keep_chunk_times=True, n_inputs=self.info.n_inputs,  # ITL histogram (and trace chunk offsets)
+            )
+        length = head.length
+        if not is_sse and length is not None and length <= _SMALL_BODY and self.request.method != "HEAD":
+            return await self._respond_small(conn, head, wd)
+        resp = web.StreamResponse(status=status, reason=head.reason,
+                                  headers=forward_response_headers(headers, drop_length=strip))
+        self.resp = resp
+        writer = await resp.prepare(self.request)
+        self.stream = Stream(conn, self.obs, self.lease, wd, self.overhead, self.request,
+                             bool(getattr(writer, "chunked", False)))
+        return await self._stream(self.stream, resp, wd, status)
+
+    async def _respond_small(self, conn: UpstreamConn, head: Head, wd: Watchdog) -> web.StreamResponse:
+        """A small non-streamed body: read whole, then relayed in one write."""
+        pieces: list[bytes] = []
+        overhead = self.overhead
+        overhead.wait_start()
+        try:
+            conn.stream_to(lambda piece, t: pieces.append(piece))
+            await conn.wait_body()
+        except asyncio.CancelledError:
+            return self._cancelled_early(wd)
+        except UpstreamError as exc:
+            return self._fail_early(upstream_error_class(exc), self.upstream.name)
+        t_end = overhead.wait_end()
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        if self.obs is not None and data:
+            self.obs.feed(data, t_end)
+        resp = web.Response(status=head.status, reason=head.reason, body=data,
+                            headers=forward_response_headers(head.headers, drop_length=True))
+        self.record(t_end, head.status, None)
+        return resp
+
+    async def _stream(self, stream: Stream, resp: web.StreamResponse, wd: Watchdog, status: int) -> web.StreamResponse:
+        try:
+            await stream.pump(self.request.writer)
+            try:
+                obs = self.obs
+                if obs is not None:
+                    tail = obs.flush()
+                    if tail:
+                        stream.last_out = tail
+                        await resp.write(tail)
+                # Counted before the final chunk: a client that has seen the end finds it in /metrics.
+                self.record(stream.t_last, status, None)
+                await resp.write_eof()
+            except ConnectionResetError:
+                raise ClientGone from None
+        except asyncio.CancelledError:
+            if wd.fired is None:  # client went away (or hard shutdown): abort upstream, re-raise
+                self.record(stream.t_last, status, self._cancel_reason())
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            return await self._fail_late(resp, cast(ErrorClass, wd.fired), status)
+        except ClientGone:
+            self.record(stream.t_last, status, "client_disconnect")
+            return resp
+        except UpstreamError as exc:
+            return await self._fail_late(resp, upstream_error_class(exc), status)
+        self.record(stream.t_last, status, None)
+        return resp
+
+    # ------------------------------------------------------------------ failures
+    def _cancel_reason(self) -> ErrorClass:
+        return "shutdown" if self.relay.stopping else "client_disconnect"
+
+    def _cancelled_early(self, wd: Watchdog) -> web.Response:
+        """Cancelled before anything reached the client: by the watchdog (a timeout, answered with a
+        JSON error) or because the client left (recorded as 499, cancellation re-raised)."""
+        self.overhead.wait_end()
+        if wd.fired is None:
+            self.record(None, 499, self._cancel_reason())
+            raise  # the CancelledError being handled by the caller
+        asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        return self._fail_early(cast(ErrorClass, wd.fired), None)
+
+    def _fail_early(self, code: ErrorClass, detail: str | None) -> web.Response:
+        """Nothing was sent to the client yet: an OpenAI-style JSON error."""
+        self.record(None, status_of(code), code)
+        return json_error(code, detail)
+
+    async def _fail_late(self, resp: web.StreamResponse, code: ErrorClass, status: int) -> web.StreamResponse:
+        """Headers (and maybe chunks) already went out: an SSE error event + [DONE], or a cut connection."""
+        if self.conn is not None:
+            self.conn.abort()
+        stream = self.stream
+        assert stream is not None
+        self.record(stream.t_last, status, code)
+        await end_late(self.request, resp, code, sse=self.obs is not None and self.obs.stream,
+                       last_out=stream.last_out)
+        return resp
+
+    # ------------------------------------------------------------------ record
+    def record(self, t_last: int | None, status: int, error: ErrorClass | None) -> None:
+        """Record the request once (later calls only keep the first health outcome)."""
+        if self.outcome == OTHER:
+            self.outcome = outcome_of(status, error, started=self.resp is not None)
+        info = self.info
+        if info is None:
+            return
+        self.info = None  # record once
+        t_end = perf_counter_ns()
+        obs = self.obs
+        if obs is None:
+            obs = self.obs = StreamObserver(self.t0, stream=False, endpoint=info.endpoint)
+        relay = self.relay
+        router = relay.router
+        record = assemble.exchange_record(
+            obs, info, t0_ns=self.t0, start_ns=relay.start_ns, t_done=t_last if t_last is not None else t_end,
+            status=status, error=error, upstream=self.upstream.name,
+            pool=self.lease.pool if router.several_pools else None,
+            queue=self.lease.queue_s if router.admission else None,
+            overhead_ns=self.overhead.busy_ns(self.t_body, t_end),
+        )
+        if record.error is None:
+            self.ttft, self.tpot = record.ttft, record.tpot
+        assemble.hand_off(relay.recorder, record, self.parsed)
