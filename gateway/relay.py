@@ -19,7 +19,6 @@ from multidict import CIMultiDict
 
 from slogate.gateway.config import GatewayConfig
 from slogate.gateway.errors import json_error, sse_error, status_of
-from slogate.gateway.h1 import Head, request_bytes
 from slogate.gateway.recorder import Recorder
 from slogate.gateway.routing.admission import Rejected, parse_priority, rejection_response
 from slogate.gateway.routing.health import HTTP_503, OTHER, outcome_of
@@ -28,6 +27,7 @@ from slogate.gateway.routing.upstreams import Lease
 from slogate.gateway.timeouts import Deadlines, Watchdog, limits_ns
 from slogate.gateway.upstream import Upstream
 from slogate.gateway.upstream_conn import UpstreamConn, UpstreamError
+from slogate.traces.http1 import Head, request_bytes
 from slogate.traces.observer import StreamObserver
 from slogate.traces.record import RequestRecord
 from slogate.traces.request_info import MEASURED_ENDPOINTS, RequestInfo, request_info, with_usage_requested
