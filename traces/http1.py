@@ -223,7 +223,19 @@ class ResponseParser:
     # ------------------------------------------------------------------ chunked body
     def _chunks(self, data: bytes) -> bytes:
         """Fast path: whole chunks back to back (one streamed event per chunk, or several coalesced)."""
-        i, n = 0, len(data)
+        n = len(data)
+        j = data.find(b"\r\n")
+        if 0 < j < 16:  # the streaming case first: this read is exactly one chunk
+            size_text = data[:j]
+            if size_text.isalnum() and (j == 1 or data[1] not in b"xX"):
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    size = 0
+                end = j + 2 + size
+                if size and end + 2 == n and data.endswith(b"\r\n"):
+                    return data[j + 2 : end]
+        i = 0
         out: list[bytes] | None = None
         first = b""
         while True:
