@@ -19,7 +19,6 @@ from aiohttp import web
 from slogate.gateway import assemble
 from slogate.gateway.errors import json_error, status_of
 from slogate.gateway.failures import end_late
-from slogate.gateway.h1 import Head, request_bytes
 from slogate.gateway.headers import forward_request_headers, forward_response_headers
 from slogate.gateway.overhead import Overhead
 from slogate.gateway.recorder import Recorder
@@ -30,6 +29,7 @@ from slogate.gateway.streaming import ClientGone, Stream
 from slogate.gateway.timeouts import Deadlines, Watchdog
 from slogate.gateway.upstream import Upstream
 from slogate.gateway.upstream_conn import UpstreamConn, UpstreamError
+from slogate.traces.http1 import Head, request_bytes
 from slogate.traces.observer import StreamObserver
 from slogate.traces.record import ERROR_CLASSES, ErrorClass
 from slogate.traces.request_info import RequestInfo

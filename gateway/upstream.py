@@ -1,4 +1,4 @@
-"""One upstream inference server: its URL, its keep-alive connection pool and its in-flight load.
+"""One upstream inference server: its URL and its keep-alive connection pool.
 
 Each `Upstream` owns one `Pool` of raw HTTP/1.1 connections (`gateway.upstream_conn`) for the life of
 the process: a raised connection limit, idle connections reused most-recent-first and dropped after
@@ -15,8 +15,8 @@ from time import monotonic
 import yarl
 
 from slogate.gateway.config import Timeouts
-from slogate.gateway.h1 import Head
 from slogate.gateway.upstream_conn import UpstreamConn, UpstreamError
+from slogate.traces.http1 import Head
 
 # Idle connections are reused for this long (nginx's upstream default). An upstream that closes idle
 # connections sooner (uvicorn: 5 s) is seen closing (the connection leaves the pool); the race where
@@ -67,7 +67,7 @@ class Pool:
         made: list[UpstreamConn] = []
 
         def factory() -> UpstreamConn:
-            conn = UpstreamConn(self)
+            conn = UpstreamConn(self.lost)
             conn.counted = True  # from here on `lost` gives the slot back
             made.append(conn)
             return conn
@@ -132,19 +132,9 @@ class Pool:
 
 
 class Upstream:
-    """An upstream server and its live load (plain ints, updated by the relay)."""
+    """An upstream server (its live load is counted by the router, `routing.upstreams.UpstreamState`)."""
 
-    __slots__ = (
-        "_parsed",
-        "base",
-        "host_header",
-        "inflight_requests",
-        "inflight_tokens",
-        "name",
-        "pool",
-        "prefix",
-        "url",
-    )
+    __slots__ = ("_parsed", "base", "host_header", "name", "pool", "prefix", "url")
 
     def __init__(self, url: str, name: str | None = None) -> None:
         parsed = yarl.URL(url)
@@ -156,8 +146,6 @@ class Upstream:
         # Label used in metrics and traces: host:port only (never credentials or paths).
         self.name = name or f"{parsed.host}:{parsed.explicit_port or parsed.port}"
         self.pool: Pool | None = None
-        self.inflight_requests = 0
-        self.inflight_tokens = 0
 
     async def start(self, timeouts: Timeouts, max_connections: int) -> None:
         connect = None if timeouts.connect == float("inf") else timeouts.connect

@@ -1,9 +1,9 @@
 """One keep-alive HTTP/1.1 connection to an upstream, as a raw asyncio Protocol (the relay's client side).
 
-Each body piece is decoded in `data_received` and handed, with its arrival time, straight to the
-relay's sink: no stream reader, no task or future per piece. The sink may pause reading (client
-write buffer full); the relay awaits only for the head, a pause and the end. Never buffers a body
-it was not asked to, never retries, never logs.
+Each body piece is decoded by the shared codec (`traces.http1`) in `data_received` and handed, with
+its arrival time, straight to the relay's sink: no stream reader, no task or future per piece. The
+sink may pause reading (client write buffer full); the relay awaits only for the head, a pause and
+the end. Never parses bytes itself, never buffers a body it was not asked to, never retries, never logs.
 """
 
 from __future__ import annotations
@@ -13,21 +13,18 @@ import contextlib
 import socket
 from collections.abc import Callable
 from time import perf_counter_ns
-from typing import TYPE_CHECKING
 
-from slogate.gateway.h1 import MAX_HEAD_BYTES, ChunkedDecoder, Head, ProtocolError, parse_head
-
-if TYPE_CHECKING:
-    from slogate.gateway.upstream import Pool
+from slogate.traces.http1 import Head, ProtocolError, ResponseParser
 
 Sink = Callable[[bytes, int], None]
 
 _HEAD, _BODY, _DONE, _FAILED = range(4)
-_UNTIL_CLOSE = -1
 
 
 class UpstreamError(Exception):
-    """The exchange failed; `code` is the gateway error class (gateway.errors.ERRORS)."""
+    """The exchange failed; `code` is the gateway error class (gateway.errors.ERRORS): `upstream_connect`,
+    `timeout_connect` (from the pool), `reset` (the connection closed or broke), `upstream_error` (the
+    upstream's bytes were not valid HTTP/1.1: error class "protocol")."""
 
     def __init__(self, code: str, detail: str | None = None) -> None:
         super().__init__(f"{code}: {detail}" if detail else code)
@@ -39,12 +36,12 @@ class UpstreamConn(asyncio.Protocol):
     """A connection of a `Pool`; one exchange at a time."""
 
     __slots__ = (
-        "_dec", "_error", "_head_buf", "_left", "_no_body", "_paused", "_pending", "_phase", "_sink", "_waiter",
-        "closed", "counted", "got_bytes", "head", "idle_since", "keep_alive", "pool", "transport",
+        "_error", "_on_lost", "_parser", "_paused", "_pending", "_phase", "_sink", "_waiter",
+        "closed", "counted", "got_bytes", "head", "idle_since", "keep_alive", "transport",
     )
 
-    def __init__(self, pool: Pool) -> None:
-        self.pool = pool
+    def __init__(self, on_lost: Callable[[UpstreamConn], None]) -> None:
+        self._on_lost = on_lost  # the pool's bookkeeping when the socket closes
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.counted = False  # holds one of the pool's `open` slots until the socket closes
@@ -58,10 +55,7 @@ class UpstreamConn(asyncio.Protocol):
     def send(self, data: bytes, *, no_body: bool) -> None:
         """Write one request; `no_body` for HEAD (the response head then ends the exchange)."""
         self.head: Head | None = None
-        self._head_buf = b""
-        self._no_body = no_body
-        self._dec: ChunkedDecoder | None = None
-        self._left = 0
+        self._parser = ResponseParser(no_body=no_body)
         self._sink: Sink | None = None
         self._pending: list[tuple[bytes, int]] | None = None
         self.resume_reading()  # a body that ended while its sink had paused reading leaves it paused
@@ -152,8 +146,8 @@ class UpstreamConn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.pool.lost(self)
-        if self._phase == _BODY and self._left == _UNTIL_CLOSE:
+        self._on_lost(self)
+        if self._phase == _BODY and self._parser.eof():
             self._phase = _DONE  # a body delimited by the end of the connection
             self.keep_alive = False
             self._wake()
@@ -167,85 +161,28 @@ class UpstreamConn(asyncio.Protocol):
         t = perf_counter_ns()
         self.got_bytes = True
         phase = self._phase
-        if phase == _BODY:
-            self._body(data, t)
-        elif phase == _HEAD:
-            self._head(data, t)
-        else:  # bytes outside an exchange: the connection cannot be trusted any more
+        if phase != _BODY and phase != _HEAD:  # bytes outside an exchange: the connection cannot be trusted
             self.keep_alive = False
             self.abort()
-
-    def _head(self, data: bytes, t: int) -> None:
-        buf = self._head_buf + data if self._head_buf else data
-        while True:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > MAX_HEAD_BYTES:
-                    self._fail("upstream_error", "response head too large")
-                else:
-                    self._head_buf = buf
+            return
+        parser = self._parser
+        try:
+            piece = parser.feed(data)
+        except ProtocolError as exc:
+            self._fail("upstream_error", str(exc))
+            return
+        if phase == _HEAD:
+            if parser.head is None:
                 return
-            try:
-                head = parse_head(buf[:end])
-            except ProtocolError as exc:
-                self._fail("upstream_error", str(exc))
-                return
-            buf = buf[end + 4 :]
-            if 100 <= head.status < 200 and head.status != 101:
-                continue  # interim response (100 Continue, 103 Early Hints): the real one follows
-            break
-        self._head_buf = b""
-        self.head = head
-        self.keep_alive = head.keep_alive
-        if self._no_body or head.status in (204, 304) or head.status == 101 or head.length == 0:
-            self._left = 0
-            self._phase = _DONE
-            if head.status == 101:
-                self.keep_alive = False
-        elif head.chunked:
-            self._dec = ChunkedDecoder()
+            self.head = parser.head
+            self.keep_alive = parser.keep_alive
             self._phase = _BODY
-        elif head.length is not None:
-            self._left = head.length
-            self._phase = _BODY
-        else:
-            self._left = _UNTIL_CLOSE
-            self.keep_alive = False
-            self._phase = _BODY
-        self._wake()
-        if buf:
-            if self._phase == _BODY:
-                self._body(buf, t)
-            else:
-                self.keep_alive = False
-
-    def _body(self, data: bytes, t: int) -> None:
-        dec = self._dec
-        if dec is not None:
-            try:
-                piece = dec.feed(data)
-            except ProtocolError as exc:
-                self._fail("reset", str(exc))
-                return
-            if dec.done:  # the last chunk and trailers were read
-                self._phase = _DONE
-                if dec.extra:
-                    self.keep_alive = False
-        elif self._left > 0:
-            if len(data) >= self._left:
-                if len(data) > self._left:
-                    self.keep_alive = False
-                piece = data[: self._left]
-                self._left = 0
-                self._phase = _DONE
-            else:
-                piece = data
-                self._left -= len(data)
-        else:
-            piece = data
+            self._wake()
         if piece:
             self._deliver(piece, t)
-        if self._phase == _DONE:
+        if parser.done and self._phase == _BODY:
+            self.keep_alive = parser.keep_alive
+            self._phase = _DONE
             self._wake()
 
     def _deliver(self, piece: bytes, t: int) -> None:

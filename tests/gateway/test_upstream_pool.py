@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from slogate.gateway.config import Timeouts
-from slogate.gateway.h1 import request_bytes
 from slogate.gateway.upstream import Upstream
 from slogate.gateway.upstream_conn import UpstreamError
+from slogate.traces.http1 import request_bytes
 from tests.gateway.fixtures_gateway import SIM_MODEL, sim_running, wait_for
 from tests.servers import Server, free_port
 from tests.simserver import start_sim

@@ -111,3 +111,35 @@ def test_connect_refused_and_timeout() -> None:
         server.close()
 
     run(go())
+
+
+def test_hostile_framing_is_a_protocol_failure_in_the_record_and_never_raises_in_the_protocol() -> None:
+    from slogate.replay.client import ClientConfig, complete, start
+    from tests import hostile_upstream
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        raised: list[dict] = []
+        loop.set_exception_handler(lambda _loop, ctx: raised.append(ctx))
+        server, url = await hostile_upstream.serve()
+        cfg = ClientConfig(base_url=url, stream=False, timeout_s=5)
+        pool = Pool(url, {})
+        try:
+            for path in (b"/v1/cl-te", b"/v1/1xx", *hostile_upstream.PROTOCOL_ERRORS, b"/v1/ok"):
+                got: list[bytes] = []
+                p = pool.begin(path.decode() + "?id=r", b"{}", lambda b, t, got=got: got.append(b))
+                if path in hostile_upstream.PROTOCOL_ERRORS:
+                    with pytest.raises(HttpError) as e:
+                        await pool.finish(p, timeout_s=5)
+                    assert e.value.kind == "protocol", path
+                    record = await complete(pool, cfg, start(pool, cfg, b"{}", intended_ns=0, endpoint=path.decode()))
+                    assert (record.error, record.status) == ("protocol", 0), path
+                else:
+                    assert await pool.finish(p, timeout_s=5) == 200
+                    assert b"".join(got) == hostile_upstream.body_for(b"r"), path
+            assert raised == []  # nothing escaped from data_received
+        finally:
+            pool.close()
+            server.close()
+
+    run(go())
