@@ -1,7 +1,7 @@
 """The demo's in-process steps: which simulated setups to compare, the virtual-time replays of the
 captured trace, the side-by-side comparison and the HTML report.
 
-Reuses `slogate replay` (replay.cli), replay.compare(_cli) and replay.report; holds no metric logic.
+Reuses `slogate replay` (replay.cli.replay), replay.compare, replay.cli.compare and replay.report; holds no metric logic.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def parse_candidates(text: str, model: str, baseline: Setup) -> list[Setup]:
 
 def virtual_replay(capture: Path, setup: Setup, out: Path, *, slo: str, seed: int, role: str) -> Path:
     """`slogate replay CAPTURE --target sim:… --virtual` in-process; returns the run directory."""
-    from slogate.replay import cli
+    from slogate.replay.cli import replay as cli
 
     gpu = setup.opts.get("gpu", setup.name)
     argv = [str(capture), "--target", setup.target, "--virtual", "--slo", slo, "--seed", str(seed), "--quiet",
@@ -79,7 +79,7 @@ def comparison(runs: list[tuple[str, Path]], capture: Path, slo_spec: str) -> tu
     """Load each run (the first is the baseline) plus the captured trace as the last side.
 
     Returns (sides, plain-text table) for `print_comparison` and comparison.txt."""
-    from slogate.replay import compare_cli
+    from slogate.replay.cli import compare as compare_cli
     from slogate.replay.compare import CompareError, load_side
     from slogate.traces.slo import parse_slo
 
@@ -98,7 +98,7 @@ def comparison(runs: list[tuple[str, Path]], capture: Path, slo_spec: str) -> tu
 def print_comparison(sides: list, plain: str, *, rich: bool) -> None:
     """The compare table: rich (coloured deltas) when asked and it fits the terminal, else plain text."""
     if rich:
-        from slogate.replay import compare_cli
+        from slogate.replay.cli import compare as compare_cli
 
         compare_cli.render(sides, ROWS)
     else:

@@ -80,12 +80,12 @@ def test_installs_beside_pypi_traces_and_replay(tmp_path):
     subprocess.run([*pip, "--no-deps", str(REPO)], check=True, timeout=600,
                    cwd=tmp_path)
     site = next(p for p in sys.path if p.endswith("site-packages"))
-    code = ("import sys; sys.path.append(%r)\n"
-            "import traces, replay, slogate.traces.record, slogate.gateway.relay, slogate.replay.cli\n"
+    code = (f"import sys; sys.path.append({site!r})\n"
+            "import traces, replay, slogate.traces.record, slogate.gateway.relay, slogate.replay.cli.replay\n"
             "assert 'slogate' not in (traces.__file__ or ''), traces.__file__\n"
             "assert 'slogate' not in (replay.__file__ or ''), replay.__file__\n"
             "import importlib.util\n"
             "assert importlib.util.find_spec('gateway') is None\n"
-            "print('ok')\n") % site
+            "print('ok')\n")
     out = subprocess.run([py, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

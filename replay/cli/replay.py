@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slogate.replay import workload as wl
+from slogate.replay.cli.args import Parser, pairs, seconds
 from slogate.traces.usage import UsageError
 
 if TYPE_CHECKING:
@@ -44,13 +45,6 @@ interrupting a run (Ctrl-C or SIGTERM):
   The results are written as usual, with summary.interrupted = true and planned/sent/cancelled/not-sent
   counts. Exit status 130 (SIGINT) or 143 (SIGTERM). --virtual runs are not interruptible this way.
 """
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse whose mistakes are one-line `UsageError`s (exit 2), like every other slogate error."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -103,15 +97,6 @@ def parser() -> argparse.ArgumentParser:
                    "before they are cancelled (default 5s; a second Ctrl-C cancels at once)")
     s.add_argument("--quiet", action="store_true", help="no progress display and no console table")
     return p
-
-
-def _seconds(text: str, what: str) -> float:
-    from slogate.traces.slo import SloError, parse_duration
-
-    try:
-        return parse_duration(text, what=what)
-    except SloError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def build_workload(ns: argparse.Namespace) -> tuple[wl.Workload, str | None, str | None]:
@@ -178,16 +163,6 @@ def transform(w: wl.Workload, ns: argparse.Namespace, duration: float | None) ->
     w.requests = reqs
 
 
-def _pairs(items: list[str], sep: str, what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        if sep not in item:
-            raise UsageError(f"bad {what} {item!r}: expected KEY{sep}VALUE")
-        k, v = item.split(sep, 1)
-        out[k.strip()] = v.strip()
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ns = parser().parse_args(argv)
@@ -207,15 +182,15 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(f"--out {out} exists and is not a directory")
     options = ReplayOptions(
         target=ns.target, model=ns.model, endpoint=ns.endpoint, stream=not ns.no_stream,
-        headers=_pairs(ns.header, ":", "--header"), api_key=ns.api_key, timeout_s=_seconds(ns.timeout, "--timeout"),
-        retries=ns.retries, retry_backoff_s=_seconds(ns.retry_backoff, "--retry-backoff"), force_output=ns.force_output,
+        headers=pairs(ns.header, ":", "--header"), api_key=ns.api_key, timeout_s=seconds(ns.timeout, "--timeout"),
+        retries=ns.retries, retry_backoff_s=seconds(ns.retry_backoff, "--retry-backoff"), force_output=ns.force_output,
         tokenizer=ns.tokenizer, workers=ns.workers, virtual=ns.virtual, slos=slos, cost_per_hour=ns.cost_per_hour,
-        lag_bound_s=_seconds(ns.lag_bound, "--lag-bound"), seed=ns.seed, labels=_pairs(ns.label, "=", "--label"),
-        scrape_interval_s=_seconds(ns.scrape_metrics, "--scrape-metrics") if ns.scrape_metrics else None,
+        lag_bound_s=seconds(ns.lag_bound, "--lag-bound"), seed=ns.seed, labels=pairs(ns.label, "=", "--label"),
+        scrape_interval_s=seconds(ns.scrape_metrics, "--scrape-metrics") if ns.scrape_metrics else None,
         out_dir=str(out), start_at=ns.start_at, shard=ns.shard,
         progress=not ns.quiet and sys.stdout.isatty() and not ns.virtual,
         command=["slogate", "replay", *argv], trace=trace_path, trace_digest=digest,
-        keep_chunk_times=not ns.no_chunk_times, drain_timeout_s=_seconds(ns.drain_timeout, "--drain-timeout"),
+        keep_chunk_times=not ns.no_chunk_times, drain_timeout_s=seconds(ns.drain_timeout, "--drain-timeout"),
     )
     try:
         result = replay(w, options)

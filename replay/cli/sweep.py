@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None, *, runner: Runner | None = None) -> 
 
 def _replay_runner() -> Runner:
     try:
-        from slogate.replay.cli import main as replay_main
+        from slogate.replay.cli.replay import main as replay_main
     except ImportError as exc:
         raise UsageError(f"the replay engine is not available in this install ({exc})") from None
     return replay_main
