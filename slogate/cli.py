@@ -21,7 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("slogate.replay.cli.sweep", "run a replay per speed/rate/concurrency point and find the knee"),
     "report": ("slogate.replay.cli.report", "write a self-contained HTML report of one or more runs"),
     "merge": ("slogate.replay.cli.merge", "merge shard results of a distributed replay"),
-    "demo": ("slogate.replay.demo", "the whole loop on a simulated upstream and a bundled real trace"),
+    "demo": ("slogate.replay.demo.main", "the whole loop on a simulated upstream and a bundled real trace"),
 }
 
 def _usage() -> str:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import msgspec
 
-from slogate.replay.demo_live import Display, fetch_status, status_line, watch_replay
-from slogate.replay.demo_procs import Children, Terminated, free_port, sigterm_as_interrupt, wait_ready
-from slogate.replay.demo_steps import (
+from slogate.replay.demo.live import Display, fetch_status, status_line, watch_replay
+from slogate.replay.demo.procs import Children, Terminated, free_port, sigterm_as_interrupt, wait_ready
+from slogate.replay.demo.steps import (
     Setup,
     comparison,
     parse_candidates,
