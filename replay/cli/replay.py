@@ -1,7 +1,8 @@
 """`slogate replay`: replay a trace (or a synthetic workload) against a target and write the results.
 
 Parses options into a `Workload` (replay.source / replay.profiles + replay.workload transforms)
-and `ReplayOptions`, runs `replay.run`, writes `replay.outputs`. User mistakes raise `UsageError`
+and `ReplayOptions` (`plan`), runs `replay.run` and writes `replay.outputs` (`run_and_write`, also
+used in memory by `slogate sweep` and the demo). User mistakes raise `UsageError`
 (one line, exit 2); an interrupted run writes its results, then exits 130 (SIGINT) / 143 (SIGTERM).
 This module holds no measurement logic.
 """
@@ -22,6 +23,7 @@ from slogate.traces.usage import UsageError
 
 if TYPE_CHECKING:
     from slogate.replay.results import RunSummary
+    from slogate.replay.run import ReplayOptions, RunOutput
 
 EXAMPLES = """examples:
   # 10 minutes of a production trace at 10x speed against a vLLM server
@@ -166,9 +168,16 @@ def transform(w: wl.Workload, ns: argparse.Namespace, duration: float | None) ->
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ns = parser().parse_args(argv)
+    workload, options = plan(ns, command=["slogate", "replay", *argv])
+    run_and_write(workload, options, console=not ns.quiet)
+    return 0
+
+
+def plan(ns: argparse.Namespace, *, command: list[str]) -> tuple[wl.Workload, ReplayOptions]:
+    """The workload and the run's options from parsed `slogate replay` options (`options.out_dir` is
+    where the results go). `command` is recorded in results.json as the command that made the run."""
     from slogate.replay.forcing import choose
-    from slogate.replay.interrupt import Interrupted, deferred
-    from slogate.replay.run import ReplayOptions, replay
+    from slogate.replay.run import ReplayOptions
     from slogate.traces.slo import SloError, parse_slo
 
     choose(ns.force_output, "unknown")  # syntax check before any network
@@ -189,23 +198,35 @@ def main(argv: list[str] | None = None) -> int:
         scrape_interval_s=seconds(ns.scrape_metrics, "--scrape-metrics") if ns.scrape_metrics else None,
         out_dir=str(out), start_at=ns.start_at, shard=ns.shard,
         progress=not ns.quiet and sys.stdout.isatty() and not ns.virtual,
-        command=["slogate", "replay", *argv], trace=trace_path, trace_digest=digest,
+        command=command, trace=trace_path, trace_digest=digest,
         keep_chunk_times=not ns.no_chunk_times, drain_timeout_s=seconds(ns.drain_timeout, "--drain-timeout"),
     )
+    return w, options
+
+
+def run_and_write(workload: wl.Workload, options: ReplayOptions, *, console: bool = True) -> RunOutput:
+    """`replay.run.replay`, then the run's files in `options.out_dir`; returns the run in memory.
+
+    An interrupted run writes its results, then raises SystemExit(128 + signal), not a returned
+    status, so an in-process caller (slogate sweep) stops too, as on Ctrl-C."""
+    from slogate.replay.interrupt import Interrupted, deferred
+    from slogate.replay.run import replay
+
+    assert options.out_dir is not None
+    out = Path(options.out_dir)
     try:
-        result = replay(w, options)
+        result = replay(workload, options)
     except Interrupted as exc:
         print(f"slogate replay: interrupted ({signal.Signals(exc.signum).name}) before any request was sent; "
               "nothing written", file=sys.stderr, flush=True)
         raise SystemExit(128 + exc.signum) from None
     with deferred() as late:  # a signal now would only leave half-written files: finish writing first
-        write_outputs(result, out, console=not ns.quiet)
+        write_outputs(result, out, console=console)
     signum = result.signal or (late[0] if late else None)
     if signum is None:
-        return 0
+        return result
     if result.signal is not None:
         print(interrupted_line(result.results.summary, signum, out), file=sys.stderr, flush=True)
-    # SystemExit, not a returned status: an in-process caller (slogate sweep) stops too, as on Ctrl-C
     raise SystemExit(128 + signum)
 
 
@@ -216,7 +237,7 @@ def interrupted_line(summary: RunSummary, signum: int, out: Path) -> str:
             f"results written to {out}")
 
 
-def write_outputs(result, out: Path, *, console: bool = True) -> None:
+def write_outputs(result: RunOutput, out: Path, *, console: bool = True) -> None:
     from slogate.replay.outputs import console as console_out
     from slogate.replay.outputs import csv as csv_out
     from slogate.replay.outputs import json as json_out
