@@ -14,7 +14,6 @@ import gc
 import hashlib
 import logging
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -32,11 +31,11 @@ from slogate.gateway.status import StatusWindow, health_response
 from slogate.gateway.timeouts import Deadlines
 from slogate.gateway.upstream import Upstream
 from slogate.traces.fdtable import reserve_fds
+from slogate.traces.runtime import shorten_switch_interval
 
 log = logging.getLogger("slogate.gateway")
 Handler = Callable[[BaseRequest], Awaitable[web.StreamResponse]]
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-SWITCH_INTERVAL_S = 0.0005
 
 
 def config_digest(cfg: GatewayConfig) -> str:
@@ -168,7 +167,7 @@ def _tune_runtime() -> None:
     reserve_fds()
     gc.collect()
     gc.freeze()
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    shorten_switch_interval()
 
 
 def _end_remaining(relay: Relay) -> None:

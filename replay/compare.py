@@ -1,7 +1,7 @@
 """Compare runs: load each side (a run's results.json, or a captured trace summarized the same way),
 flatten every summary metric, compute deltas against the first side and check `--fail-if` bounds.
 
-Pure apart from reading the inputs; never writes files and never prints (compare_cli does).
+Pure apart from reading the inputs; never writes files and never prints (replay.cli.compare does).
 """
 
 from __future__ import annotations

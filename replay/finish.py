@@ -60,10 +60,10 @@ def summarize(records: list[RequestRecord], planned: list[Planned] | None, *,
 def collect(items: list[Item], workload: Workload, env: Environment, *, slos: Sequence[Slo],
             cost_per_hour: float | None, lag_bound_s: float) -> tuple[Results, list[RequestRecord], TraceHeader]:
     """Results, measured records (intended-time order, warmup excluded) and the requests-file header."""
-    items.sort(key=lambda it: (it[3].t, it[0]))
-    measured = [it for it in items if not it[2]]
-    records = [it[3] for it in measured]
-    planned = [Planned(it[1], it[3].max_tokens) for it in measured]
+    items.sort(key=lambda it: (it.record.t, it.index))
+    measured = [it for it in items if not it.warmup]
+    records = [it.record for it in measured]
+    planned = [Planned(it.input_tokens, it.record.max_tokens) for it in measured]
     summary = summarize(records, planned, slos=slos, cost_per_hour=cost_per_hour, lag_bound_s=lag_bound_s,
                         open_loop=not workload.concurrency, input_floor=input_floor(env))
     summary.warmup_requests = len(items) - len(measured)
@@ -82,5 +82,5 @@ def mark_interrupted(summary: RunSummary, items: list[Item], *, planned: int | N
     summary.interrupted = True
     summary.planned_requests = planned
     summary.sent_requests = len(items)
-    summary.cancelled_requests = sum(it[3].error == INTERRUPTED_ERROR for it in items)
+    summary.cancelled_requests = sum(it.record.error == INTERRUPTED_ERROR for it in items)
     summary.not_sent_requests = None if planned is None else max(planned - len(items), 0)

@@ -53,10 +53,6 @@ class Interrupt:
         self.sending_began = False
         self._setup_task: asyncio.Task | None = None
 
-    @property
-    def exit_status(self) -> int:
-        return 0 if self.signum is None else 128 + self.signum
-
     def _say(self, text: str) -> None:
         if not self.quiet:
             print(f"\nslogate replay: {text}", file=sys.stderr, flush=True)

@@ -9,14 +9,14 @@ tasks ahead of their time and never does I/O itself.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from slogate.traces.runtime import shorten_switch_interval
+
 COARSE_MARGIN_S = 0.003  # below this the helper thread sleeps precisely instead of a loop timer
-SWITCH_INTERVAL_S = 0.0005  # GIL hand-over bound: the waking helper never waits 5 ms for the loop thread
 T = TypeVar("T")
 _executor: ThreadPoolExecutor | None = None
 
@@ -25,7 +25,7 @@ def _precise() -> ThreadPoolExecutor:
     global _executor
     if _executor is None:
         _executor = ThreadPoolExecutor(1, thread_name_prefix="slogate-pacer")
-        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+        shorten_switch_interval()  # the waking helper never waits 5 ms for the loop thread
     return _executor
 
 

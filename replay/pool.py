@@ -26,9 +26,7 @@ from slogate.replay.workload import PlannedRequest
 
 
 def _decoder() -> msgspec.msgpack.Decoder:
-    from slogate.traces.record import RequestRecord
-
-    return msgspec.msgpack.Decoder(list[tuple[int, int, bool, RequestRecord]])
+    return msgspec.msgpack.Decoder(list[Item])
 
 
 POLL_S = 0.05  # how often a child looks at the stop events and at its parent

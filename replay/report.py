@@ -1,5 +1,6 @@
 """`slogate report`: gather what one or more run (or sweep) directories hold and write one
-self-contained HTML file (replay.outputs.html renders it, replay.report_plots draws the plots).
+self-contained HTML file (replay.outputs.html renders it, replay.report_plots draws the plots;
+the data all three share is replay.report_model).
 
 Reads results.json, requests.jsonl.zst, metrics.jsonl and sweep.json; never fetches anything
 remote and never needs matplotlib (without it the report has every table and says how to get plots).
@@ -16,8 +17,7 @@ import msgspec
 from slogate.replay import results as results_io
 from slogate.replay import sweep as sweep_io
 from slogate.replay.names import number_repeated_names
-from slogate.replay.results import Results
-from slogate.traces.record import RequestRecord
+from slogate.replay.report_model import ReportData, RunData, SweepData, flatten_sample
 from slogate.traces.segments import TraceError
 
 PLOTS_HINT = "plots need matplotlib: pip install slogate[report]"
@@ -26,30 +26,6 @@ MAX_TIMELINES = 6  # timelines drawn (one figure per run); more runs are listed,
 
 class ReportError(ValueError):
     """A user mistake (missing directory, no results.json): names the path and the fix."""
-
-
-class RunData(msgspec.Struct):
-    """One run as the report sees it."""
-
-    name: str
-    path: str
-    results: Results
-    records: list[RequestRecord] = []  # from requests.jsonl.zst (empty when absent)
-    scraped: list[dict[str, float]] = []  # from metrics.jsonl: {"t": seconds, metric: value, …}
-    notes: list[str] = []  # what was missing or unreadable
-
-
-class SweepData(msgspec.Struct):
-    name: str
-    path: str
-    sweep: sweep_io.Sweep
-
-
-class ReportData(msgspec.Struct):
-    title: str
-    generated_unix: float
-    runs: list[RunData]
-    sweeps: list[SweepData] = []
 
 
 def collect(paths: Sequence[str | Path], *, with_records: bool = True) -> ReportData:
@@ -130,23 +106,6 @@ def _read_scraped(run: RunData, path: Path) -> None:
     run.scraped = samples
     if not samples:
         run.notes.append("metrics.jsonl holds no usable samples")
-
-
-def flatten_sample(obj: dict[str, object]) -> dict[str, float] | None:
-    t = next((obj[k] for k in ("t", "time", "ts", "elapsed_s") if isinstance(obj.get(k), int | float)), None)
-    if t is None:
-        return None
-    out: dict[str, float] = {"t": float(t)}  # type: ignore[arg-type]
-    for key, value in obj.items():
-        if key in ("t", "time", "ts", "elapsed_s"):
-            continue
-        if isinstance(value, dict):
-            for k2, v2 in value.items():
-                if isinstance(v2, int | float) and not isinstance(v2, bool):
-                    out[str(k2)] = float(v2)
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            out[key] = float(value)
-    return out
 
 
 def plots_available() -> bool:

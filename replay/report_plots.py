@@ -16,7 +16,7 @@ from slogate.traces.metrics import percentile
 from slogate.traces.record import RequestRecord, effective_e2e, is_error
 
 if TYPE_CHECKING:
-    from slogate.replay.report import ReportData, RunData, SweepData
+    from slogate.replay.report_model import ReportData, RunData, SweepData
 
 DPI = 100
 CDF_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E"))

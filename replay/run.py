@@ -179,7 +179,7 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
     def on_items(batch: list[Item]) -> None:
         items.extend(batch)
         if progress is not None:
-            progress.add([it[3] for it in batch])
+            progress.add([it.record for it in batch])
 
     def start_at() -> float:
         if options.start_at is None:

@@ -1,7 +1,7 @@
 """`--scrape-metrics`: sample the target's Prometheus `/metrics` during a run into `metrics.jsonl`.
 
 Keeps the engine gauges and counters that explain latency (waiting/running requests, KV-cache
-usage, preemptions, prefix-cache queries/hits) under one name per idea, summed over label sets.
+usage, preemptions, prefix-cache queries/hits) under one name per idea (traces.engine_metrics).
 Each line's `t` is seconds from the schedule start, the same origin as the records' `t`. Runs on
 the orchestrator's loop, never on a sender's.
 """
@@ -17,37 +17,37 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-# slogate name <- names used by vLLM (and slogate sim), SGLang, llama.cpp
-NAMES: dict[str, tuple[str, ...]] = {
-    "running": ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing"),
-    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred"),
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
-                       "llamacpp:kv_cache_usage_ratio"),
-    "preemptions_total": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
-    "prefix_cache_queries_total": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
-    "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-    "prefix_cache_hit_rate": ("sglang:cache_hit_rate",),
-}
-_LOOKUP = {src: name for name, srcs in NAMES.items() for src in srcs}
+from slogate.traces.engine_metrics import FRACTIONS, IDEA_OF, combine_usage
+
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """The known metrics of a Prometheus text exposition, summed over label sets."""
+    """The known metrics of a Prometheus text exposition (traces.engine_metrics names): counts
+    summed over label sets, fractions (KV-cache usage) combined by `combine_usage`."""
     out: dict[str, float] = {}
+    fractions: dict[str, list[float]] = {}
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
         m = _LINE.match(line)
         if not m:
             continue
-        name = _LOOKUP.get(m.group(1))
+        name = IDEA_OF.get(m.group(1))
         if name is None:
             continue
         try:
-            out[name] = out.get(name, 0.0) + float(m.group(3))
+            value = float(m.group(3))
         except ValueError:
             continue
+        if name in FRACTIONS:
+            fractions.setdefault(name, []).append(value)
+        else:
+            out[name] = out.get(name, 0.0) + value
+    for name, values in fractions.items():
+        combined = combine_usage(values)
+        if combined is not None:
+            out[name] = combined
     return out
 
 

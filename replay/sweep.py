@@ -1,7 +1,7 @@
 """A sweep's curve and its reading: `sweep.json` schema, the knee, and the largest load whose SLO
 attainment stays at or above a target (with the next bisection point for `--refine`).
 
-Pure: no replay runs and no I/O here except `load`/`dump` (running the points is sweep_cli's job).
+Pure: no replay runs and no I/O here except `load`/`dump` (running the points is replay.cli.sweep's job).
 
 The knee, precisely. Sort the points by load x (speed factor, rate or concurrency) and call T the
 throughput (output tokens/s; requests/s when no output tokens) and L the p99 TTFT. For each step

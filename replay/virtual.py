@@ -41,7 +41,7 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
         rec.session = plan.session
         if res.token_times:
             rec.chunk_times = [round(x - res.arrival, 9) for x in res.token_times]
-        items.append((index, plan.input_tokens, plan.warmup, rec))
+        items.append(Item(index, plan.input_tokens, plan.warmup, rec))
     s = run.stats
     stats = {"preemptions": s.preemptions, "prefix_queries_tokens": s.prefix_queries_tokens,
              "prefix_hits_tokens": s.prefix_hits_tokens, "wall_s": s.wall_s, "kv_blocks": s.kv_blocks}

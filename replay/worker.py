@@ -25,9 +25,20 @@ from slogate.replay.prompts import PromptBuilder, PromptPlan
 from slogate.replay.workload import PlannedRequest
 from slogate.traces.record import RequestRecord
 
-Item = tuple[int, int, bool, RequestRecord]  # (plan index, planned input tokens, warmup, record)
-Emit = Callable[[list[Item]], None]
 FLUSH_S = 0.2
+
+
+class Item(msgspec.Struct, array_like=True):
+    """One sent request as a worker hands it back (msgpack arrays across processes), joined to its
+    plan by `index`."""
+
+    index: int  # the plan's index (+ k·REPEAT_INDEX_STEP for the k-th repeat of a closed loop)
+    input_tokens: int  # planned input tokens
+    warmup: bool  # sent first, excluded from statistics
+    record: RequestRecord
+
+
+Emit = Callable[[list[Item]], None]
 
 
 class WorkerSpec(msgspec.Struct):
@@ -57,7 +68,7 @@ def request_body(builder: PromptBuilder, spec: WorkerSpec, req: PlannedRequest) 
 
 
 class Collector:
-    """Batches (index, record) pairs and hands them to `emit` every FLUSH_S (and at the end)."""
+    """Batches `Item`s and hands them to `emit` every FLUSH_S (and at the end)."""
 
     def __init__(self, emit: Emit):
         self.emit = emit
@@ -65,7 +76,7 @@ class Collector:
         self.in_flight = 0
 
     def add(self, req: PlannedRequest, record: RequestRecord) -> None:
-        self.batch.append((req.index, req.input_tokens, req.warmup, record))
+        self.batch.append(Item(req.index, req.input_tokens, req.warmup, record))
 
     def flush(self) -> None:
         if self.batch:

@@ -16,12 +16,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "trace": ("slogate.traces.trace_cli", "inspect, validate and convert trace files (slogate, Mooncake, Azure, BurstGPT)"),
     "sim": ("slogate.replay.sim.cli", "simulated continuous-batching LLM engine behind the OpenAI API"),
     "gateway": ("slogate.gateway.cli", "sidecar proxy: relay, measure, export goodput metrics, capture traces"),
-    "replay": ("slogate.replay.cli", "replay a trace against a target and report throughput, goodput, latency"),
-    "compare": ("slogate.replay.compare_cli", "compare two or more replay results; exit 1 when a bound is broken"),
-    "sweep": ("slogate.replay.sweep_cli", "run a replay per speed/rate/concurrency point and find the knee"),
-    "report": ("slogate.replay.report_cli", "write a self-contained HTML report of one or more runs"),
-    "merge": ("slogate.replay.merge_cli", "merge shard results of a distributed replay"),
-    "demo": ("slogate.replay.demo", "the whole loop on a simulated upstream and a bundled real trace"),
+    "replay": ("slogate.replay.cli.replay", "replay a trace against a target and report throughput, goodput, latency"),
+    "compare": ("slogate.replay.cli.compare", "compare two or more replay results; exit 1 when a bound is broken"),
+    "sweep": ("slogate.replay.cli.sweep", "run a replay per speed/rate/concurrency point and find the knee"),
+    "report": ("slogate.replay.cli.report", "write a self-contained HTML report of one or more runs"),
+    "merge": ("slogate.replay.cli.merge", "merge shard results of a distributed replay"),
+    "demo": ("slogate.replay.demo.main", "the whole loop on a simulated upstream and a bundled real trace"),
 }
 
 def _usage() -> str:

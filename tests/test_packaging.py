@@ -85,7 +85,7 @@ def test_installs_beside_pypi_traces_and_replay(tmp_path):
     subprocess.run([*pip, "--no-deps", str(src)], check=True, timeout=600, cwd=tmp_path)
     site = next(p for p in sys.path if p.endswith("site-packages"))
     code = (f"import sys; sys.path.append({site!r})\n"
-            "import traces, replay, slogate.traces.record, slogate.gateway.relay, slogate.replay.cli\n"
+            "import traces, replay, slogate.traces.record, slogate.gateway.relay, slogate.replay.cli.replay\n"
             "assert 'slogate' not in (traces.__file__ or ''), traces.__file__\n"
             "assert 'slogate' not in (replay.__file__ or ''), replay.__file__\n"
             "import importlib.util\n"

@@ -176,12 +176,6 @@ def segment_paths(paths: PathLike | Iterable[PathLike]) -> list[Path]:
     return out
 
 
-def iter_records(paths: PathLike | Iterable[PathLike]) -> Iterator[RequestRecord]:
-    """Stream records file by file in file order (constant memory; no merge by arrival time)."""
-    for path in segment_paths(paths):
-        yield from SegmentReader(path)
-
-
 def read_trace(paths: PathLike | Iterable[PathLike], *, sort: bool = True) -> Trace:
     """Read segments into one trace, records in arrival order (`t`).
 

@@ -14,8 +14,6 @@ import math
 import orjson
 from aiohttp import web
 
-PRIORITY_HEADER = "x-slogate-priority"
-
 
 class Rejected(Exception):
     """No room: queue full (`reason="queue_full"`) or waited too long (`"queue_timeout"`).

@@ -1,6 +1,6 @@
 """Scrape each upstream engine's Prometheus `/metrics` for its queue length and KV-cache usage.
 
-vLLM, SGLang and llama.cpp names are understood. Only the few relevant lines are kept and parsed
+vLLM, SGLang and llama.cpp names are understood (traces.engine_metrics). Only the few relevant lines are kept and parsed
 with prometheus_client's text parser in a worker thread, never on the event loop; the router
 ignores values older than the stale timeout. Never touches the relay's client sessions.
 """
@@ -16,13 +16,10 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from slogate.gateway.routing.upstreams import UpstreamState
+from slogate.traces.engine_metrics import KV_CACHE_USAGE, WAITING, combine_usage
 
-# Requests waiting in the engine's queue (summed over label sets).
-WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
-# KV-cache usage as a fraction 0..1 (max over label sets); gpu_cache_usage_perc is vLLM's old name.
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
-            "llamacpp:kv_cache_usage_ratio")
-_PREFIXES = tuple(n.encode() for n in (*WAITING, *KV_USAGE))
+# Requests waiting are summed over label sets; KV-cache usage (0..1) combines by `combine_usage`.
+_PREFIXES = tuple(n.encode() for n in (*WAITING, *KV_CACHE_USAGE))
 
 
 def parse_engine_load(text: bytes) -> tuple[float, float] | None:
@@ -31,7 +28,7 @@ def parse_engine_load(text: bytes) -> tuple[float, float] | None:
     if not lines:
         return None
     waiting = 0.0
-    kv = 0.0
+    usages: list[float] = []
     found = False
     for family in text_string_to_metric_families(b"\n".join(lines).decode("utf-8", "replace") + "\n"):
         for sample in family.samples:
@@ -41,10 +38,10 @@ def parse_engine_load(text: bytes) -> tuple[float, float] | None:
             if sample.name in WAITING:
                 waiting += value
                 found = True
-            elif sample.name in KV_USAGE:
-                kv = max(kv, min(1.0, max(0.0, value)))
+            elif sample.name in KV_CACHE_USAGE:
+                usages.append(value)
                 found = True
-    return (waiting, kv) if found else None
+    return (waiting, combine_usage(usages) or 0.0) if found else None
 
 
 async def scrape_once(session: aiohttp.ClientSession, state: UpstreamState, timeout: float) -> bool:

@@ -1,6 +1,6 @@
 """The HTML output format: one self-contained page (inline CSS, plots as inline data: URIs).
 
-Renders a `replay.report.ReportData` plus already-drawn images; never references a remote asset
+Renders a `replay.report_model.ReportData` plus already-drawn images; never references a remote asset
 (no CDN, fonts or scripts) and never computes metrics (they come from results.json / sweep.json).
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from slogate.replay.compare import better_direction, deltas, flatten, table_metrics
 
 if TYPE_CHECKING:
-    from slogate.replay.report import ReportData, SweepData
+    from slogate.replay.report_model import ReportData, SweepData
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1240px;

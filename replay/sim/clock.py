@@ -68,9 +68,6 @@ class RealClock:
             await asyncio.sleep(delay)
 
 
-Clock = VirtualClock | RealClock
-
-
 def drive(coro) -> None:  # type: ignore[no-untyped-def]
     """Run a coroutine that never suspends (an engine on a VirtualClock) without an event loop."""
     try:

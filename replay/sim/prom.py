@@ -1,4 +1,5 @@
-"""The simulator's /metrics: vLLM's metric names, labels and buckets, rendered only on scrape.
+"""The simulator's /metrics: vLLM's metric names (the engine gauges and counters from
+traces.engine_metrics), labels and buckets, rendered only on scrape.
 
 The hot path bumps plain ints (`ServerStats`, `Histogram.observe`); the collector turns them
 into Prometheus families when scraped. Nothing here runs per token beyond a bisect and two adds.
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from slogate.traces import engine_metrics as em
 from slogate.traces.histogram import Histogram
 
 # vLLM v1 buckets (vllm/v1/metrics/loggers.py)
@@ -54,17 +56,19 @@ class SimCollector:
         running, waiting, usage, preempt, queries, hits = self.gauges()
         s = self.stats
         for name, doc, value in (
-            ("vllm:num_requests_running", "Number of requests in model execution batches.", running),
-            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage),
+            (em.RUNNING[0], "Number of requests in model execution batches.", running),
+            (em.WAITING[0], "Number of requests waiting to be processed.", waiting),
+            (em.KV_CACHE_USAGE[0], "KV-cache usage. 1 means 100 percent usage.", usage),
         ):
             g = GaugeMetricFamily(name, doc, labels=ln)
             g.add_metric(self.labels, value)
             yield g
         for name, doc, value in (
-            ("vllm:num_preemptions", "Cumulative number of preemption from the engine.", preempt),
-            ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", queries),
-            ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", hits),
+            (em.counter_family(em.PREEMPTIONS_TOTAL[0]), "Cumulative number of preemption from the engine.", preempt),
+            (em.counter_family(em.PREFIX_CACHE_QUERIES_TOTAL[0]),
+             "Prefix cache queries, in terms of number of queried tokens.", queries),
+            (em.counter_family(em.PREFIX_CACHE_HITS_TOTAL[0]), "Prefix cache hits, in terms of number of cached tokens.",
+             hits),
             ("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens),
             ("vllm:generation_tokens", "Number of generation tokens processed.", s.generation_tokens),
         ):

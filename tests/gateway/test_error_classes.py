@@ -18,7 +18,7 @@ import pytest
 from slogate.gateway.errors import ERRORS
 from slogate.gateway.exchange import UPSTREAM_ERRORS
 from slogate.replay import client
-from slogate.replay.cli import main as replay_main
+from slogate.replay.cli.replay import main as replay_main
 from slogate.replay.client import HTTP_ERRORS, ClientConfig
 from slogate.replay.interrupt import INTERRUPTED_ERROR
 from slogate.replay.sim.records import RECORD_ERRORS

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from slogate.replay import workload as wl
-from slogate.replay.cli import main as replay_main
+from slogate.replay.cli.replay import main as replay_main
 from slogate.replay.profiles import synthesize
 from slogate.replay.run import ReplayOptions, replay
 from slogate.replay.source import load_trace, trace_workload

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from slogate.replay.cli.merge import main as merge_main
 from slogate.replay.merge import merge_dirs
-from slogate.replay.merge_cli import main as merge_main
 from slogate.replay.outputs.records import read
 from slogate.replay.results import load
 from slogate.traces.metrics import summarize

@@ -1,7 +1,8 @@
 """`slogate replay`: replay a trace (or a synthetic workload) against a target and write the results.
 
 Parses options into a `Workload` (replay.source / replay.profiles + replay.workload transforms)
-and `ReplayOptions`, runs `replay.run`, writes `replay.outputs`. User mistakes raise `UsageError`
+and `ReplayOptions` (`plan`), runs `replay.run` and writes `replay.outputs` (`run_and_write`, also
+used in memory by `slogate sweep` and the demo). User mistakes raise `UsageError`
 (one line, exit 2); an interrupted run writes its results, then exits 130 (SIGINT) / 143 (SIGTERM).
 This module holds no measurement logic.
 """
@@ -17,9 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slogate.replay import workload as wl
+from slogate.replay.cli.args import Parser, pairs, seconds
 from slogate.traces.usage import UsageError
 
 if TYPE_CHECKING:
+    from slogate.replay.run import ReplayOptions, RunOutput
     from slogate.traces.summary import RunSummary
 
 EXAMPLES = """examples:
@@ -44,13 +47,6 @@ interrupting a run (Ctrl-C or SIGTERM):
   The results are written as usual, with summary.interrupted = true and planned/sent/cancelled/not-sent
   counts. Exit status 130 (SIGINT) or 143 (SIGTERM). --virtual runs are not interruptible this way.
 """
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse whose mistakes are one-line `UsageError`s (exit 2), like every other slogate error."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -103,15 +99,6 @@ def parser() -> argparse.ArgumentParser:
                    "before they are cancelled (default 5s; a second Ctrl-C cancels at once)")
     s.add_argument("--quiet", action="store_true", help="no progress display and no console table")
     return p
-
-
-def _seconds(text: str, what: str) -> float:
-    from slogate.traces.slo import SloError, parse_duration
-
-    try:
-        return parse_duration(text, what=what)
-    except SloError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def build_workload(ns: argparse.Namespace) -> tuple[wl.Workload, str | None, str | None]:
@@ -178,22 +165,19 @@ def transform(w: wl.Workload, ns: argparse.Namespace, duration: float | None) ->
     w.requests = reqs
 
 
-def _pairs(items: list[str], sep: str, what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        if sep not in item:
-            raise UsageError(f"bad {what} {item!r}: expected KEY{sep}VALUE")
-        k, v = item.split(sep, 1)
-        out[k.strip()] = v.strip()
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ns = parser().parse_args(argv)
+    workload, options = plan(ns, command=["slogate", "replay", *argv])
+    run_and_write(workload, options, console=not ns.quiet)
+    return 0
+
+
+def plan(ns: argparse.Namespace, *, command: list[str]) -> tuple[wl.Workload, ReplayOptions]:
+    """The workload and the run's options from parsed `slogate replay` options (`options.out_dir` is
+    where the results go). `command` is recorded in results.json as the command that made the run."""
     from slogate.replay.forcing import choose
-    from slogate.replay.interrupt import Interrupted, deferred
-    from slogate.replay.run import ReplayOptions, replay
+    from slogate.replay.run import ReplayOptions
     from slogate.traces.slo import SloError, parse_slo
 
     choose(ns.force_output, "unknown")  # syntax check before any network
@@ -207,30 +191,42 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(f"--out {out} exists and is not a directory")
     options = ReplayOptions(
         target=ns.target, model=ns.model, endpoint=ns.endpoint, stream=not ns.no_stream,
-        headers=_pairs(ns.header, ":", "--header"), api_key=ns.api_key, timeout_s=_seconds(ns.timeout, "--timeout"),
-        retries=ns.retries, retry_backoff_s=_seconds(ns.retry_backoff, "--retry-backoff"), force_output=ns.force_output,
+        headers=pairs(ns.header, ":", "--header"), api_key=ns.api_key, timeout_s=seconds(ns.timeout, "--timeout"),
+        retries=ns.retries, retry_backoff_s=seconds(ns.retry_backoff, "--retry-backoff"), force_output=ns.force_output,
         tokenizer=ns.tokenizer, workers=ns.workers, virtual=ns.virtual, slos=slos, cost_per_hour=ns.cost_per_hour,
-        lag_bound_s=_seconds(ns.lag_bound, "--lag-bound"), seed=ns.seed, labels=_pairs(ns.label, "=", "--label"),
-        scrape_interval_s=_seconds(ns.scrape_metrics, "--scrape-metrics") if ns.scrape_metrics else None,
+        lag_bound_s=seconds(ns.lag_bound, "--lag-bound"), seed=ns.seed, labels=pairs(ns.label, "=", "--label"),
+        scrape_interval_s=seconds(ns.scrape_metrics, "--scrape-metrics") if ns.scrape_metrics else None,
         out_dir=str(out), start_at=ns.start_at, shard=ns.shard,
         progress=not ns.quiet and sys.stdout.isatty() and not ns.virtual,
-        command=["slogate", "replay", *argv], trace=trace_path, trace_digest=digest,
-        keep_chunk_times=not ns.no_chunk_times, drain_timeout_s=_seconds(ns.drain_timeout, "--drain-timeout"),
+        command=command, trace=trace_path, trace_digest=digest,
+        keep_chunk_times=not ns.no_chunk_times, drain_timeout_s=seconds(ns.drain_timeout, "--drain-timeout"),
     )
+    return w, options
+
+
+def run_and_write(workload: wl.Workload, options: ReplayOptions, *, console: bool = True) -> RunOutput:
+    """`replay.run.replay`, then the run's files in `options.out_dir`; returns the run in memory.
+
+    An interrupted run writes its results, then raises SystemExit(128 + signal), not a returned
+    status, so an in-process caller (slogate sweep) stops too, as on Ctrl-C."""
+    from slogate.replay.interrupt import Interrupted, deferred
+    from slogate.replay.run import replay
+
+    assert options.out_dir is not None
+    out = Path(options.out_dir)
     try:
-        result = replay(w, options)
+        result = replay(workload, options)
     except Interrupted as exc:
         print(f"slogate replay: interrupted ({signal.Signals(exc.signum).name}) before any request was sent; "
               "nothing written", file=sys.stderr, flush=True)
         raise SystemExit(128 + exc.signum) from None
     with deferred() as late:  # a signal now would only leave half-written files: finish writing first
-        write_outputs(result, out, console=not ns.quiet)
+        write_outputs(result, out, console=console)
     signum = result.signal or (late[0] if late else None)
     if signum is None:
-        return 0
+        return result
     if result.signal is not None:
         print(interrupted_line(result.results.summary, signum, out), file=sys.stderr, flush=True)
-    # SystemExit, not a returned status: an in-process caller (slogate sweep) stops too, as on Ctrl-C
     raise SystemExit(128 + signum)
 
 
@@ -241,7 +237,7 @@ def interrupted_line(summary: RunSummary, signum: int, out: Path) -> str:
             f"results written to {out}")
 
 
-def write_outputs(result, out: Path, *, console: bool = True) -> None:
+def write_outputs(result: RunOutput, out: Path, *, console: bool = True) -> None:
     from slogate.replay.outputs import console as console_out
     from slogate.replay.outputs import csv as csv_out
     from slogate.replay.outputs import json as json_out

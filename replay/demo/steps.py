@@ -1,7 +1,8 @@
 """The demo's in-process steps: which simulated setups to compare, the virtual-time replays of the
 captured trace, the side-by-side comparison and the HTML report.
 
-Reuses `slogate replay` (replay.cli), replay.compare(_cli) and replay.report; holds no metric logic.
+Reuses `slogate replay` in memory (replay.cli.replay.run_and_write), replay.compare, replay.cli.compare
+and replay.report; holds no metric logic.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 
+from slogate.replay.results import Results
 from slogate.replay.target import parse_target, sim_config
 from slogate.traces.usage import UsageError
 
@@ -62,30 +64,47 @@ def parse_candidates(text: str, model: str, baseline: Setup) -> list[Setup]:
     return out
 
 
-def virtual_replay(capture: Path, setup: Setup, out: Path, *, slo: str, seed: int, role: str) -> Path:
-    """`slogate replay CAPTURE --target sim:… --virtual` in-process; returns the run directory."""
-    from slogate.replay import cli
+class Run(msgspec.Struct):
+    """One virtual-time replay of the capture: its column name, run directory and Results."""
 
-    gpu = setup.opts.get("gpu", setup.name)
-    argv = [str(capture), "--target", setup.target, "--virtual", "--slo", slo, "--seed", str(seed), "--quiet",
-            "--out", str(out), "--label", f"gpu={gpu}", "--label", f"role={role}"]
+    name: str
+    path: Path
+    results: Results
+
+
+def virtual_replay(capture: Path, setup: Setup, out: Path, *, slo: str, seed: int, role: str) -> Run:
+    """`slogate replay CAPTURE --target sim:… --virtual` in-process (replay.run, files written to `out`)."""
+    from slogate.replay.cli.replay import run_and_write
+    from slogate.replay.run import ReplayOptions
+    from slogate.replay.source import load_trace, trace_workload
+    from slogate.traces.slo import parse_slo
+
+    labels = {"gpu": setup.opts.get("gpu", setup.name), "role": role}
     if setup.opts.get("dtype"):
-        argv += ["--label", f"dtype={setup.opts['dtype']}"]
-    cli.main(argv)
-    return out
+        labels["dtype"] = setup.opts["dtype"]
+    trace = load_trace(capture)
+    workload = trace_workload(trace)
+    if not workload.requests:
+        raise UsageError(f"{capture}: the captured trace holds no requests")
+    command = ["slogate", "replay", str(capture), "--target", setup.target, "--virtual", "--slo", slo, "--seed",
+               str(seed), "--quiet", "--out", str(out), *(f for k, v in labels.items() for f in ("--label", f"{k}={v}"))]
+    options = ReplayOptions(target=setup.target, virtual=True, slos=[parse_slo(slo, default_name="default")], seed=seed,
+                            labels=labels, out_dir=str(out), command=command, trace=trace.path, trace_digest=trace.digest)
+    result = run_and_write(workload, options, console=False)
+    return Run(name=setup.name, path=out, results=result.results)
 
 
-def comparison(runs: list[tuple[str, Path]], capture: Path, slo_spec: str) -> tuple[list, str]:
-    """Load each run (the first is the baseline) plus the captured trace as the last side.
+def comparison(runs: list[Run], capture: Path, slo_spec: str) -> tuple[list, str]:
+    """Each run (the first is the baseline) plus the captured trace as the last side.
 
     Returns (sides, plain-text table) for `print_comparison` and comparison.txt."""
-    from slogate.replay import compare_cli
-    from slogate.replay.compare import CompareError, load_side
+    from slogate.replay.cli import compare as compare_cli
+    from slogate.replay.compare import CompareError, Side, load_side
     from slogate.traces.slo import parse_slo
 
     slo = parse_slo(slo_spec, default_name="default")
+    sides = [Side(name=run.name, source=str(run.path), kind="run", results=run.results) for run in runs]
     try:
-        sides = [load_side(path, name=name) for name, path in runs]
         sides.append(load_side(capture, slos=[slo], name=CAPTURE_SIDE))
     except CompareError as exc:
         raise UsageError(str(exc)) from None
@@ -98,7 +117,7 @@ def comparison(runs: list[tuple[str, Path]], capture: Path, slo_spec: str) -> tu
 def print_comparison(sides: list, plain: str, *, rich: bool) -> None:
     """The compare table: rich (coloured deltas) when asked and it fits the terminal, else plain text."""
     if rich:
-        from slogate.replay import compare_cli
+        from slogate.replay.cli import compare as compare_cli
 
         compare_cli.render(sides, ROWS)
     else:

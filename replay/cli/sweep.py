@@ -3,7 +3,9 @@
 largest load meeting the SLO attainment target (optionally refined by bisection), and a table.
 
 Every option it does not know is passed unchanged to `slogate replay` (TRACE, --target, --model,
---slo, --virtual, …). Never measures anything itself: each point is a whole replay run.
+--slo, --virtual, …). Each point is a whole replay run, called in memory (replay.cli.replay's
+`plan` and `run_and_write`), its files written as `slogate replay` writes them. Never measures
+anything itself.
 """
 
 from __future__ import annotations
@@ -11,16 +13,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from slogate.replay import results as results_io
 from slogate.replay import sweep as sweep_io
+from slogate.replay.cli import replay as replay_cli
+from slogate.replay.results import Results
 from slogate.replay.sweep import Sweep, SweepPoint, analyze, next_refine_x, point_dir_name, point_from_results
 from slogate.traces.slo import SloError, parse_slo
 from slogate.traces.usage import UsageError
 
-Runner = Callable[[list[str]], int]  # `slogate replay` argv → exit status
 MODES = (("speeds", "speed", "--speed"), ("rates", "rate", "--rate"), ("concurrency", "concurrency", "--concurrency"))
 RESERVED = ("--speed", "--rate", "--concurrency", "--out")
 
@@ -60,7 +62,7 @@ def parse_points(text: str, flag: str, *, integer: bool = False) -> list[float]:
     return values
 
 
-def main(argv: Sequence[str] | None = None, *, runner: Runner | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args, replay_args = build_parser().parse_known_args(list(argv) if argv is not None else None)
     for arg in replay_args:
         if arg.split("=", 1)[0] in RESERVED:
@@ -73,29 +75,32 @@ def main(argv: Sequence[str] | None = None, *, runner: Runner | None = None) -> 
         raise UsageError(f"bad --refine {args.refine}: a number of extra runs ≥ 0")
     opt, mode, flag = next(m for m in MODES if getattr(args, m[0]) is not None)
     xs = parse_points(getattr(args, opt), opt, integer=mode == "concurrency")
-    sweep = run_sweep(replay_args, mode=mode, flag=flag, xs=xs, out=Path(args.out), attainment=args.attainment,
-                      refine=args.refine, runner=runner or _replay_runner(), verbose=args.replay_output,
+    replay_ns = replay_cli.parser().parse_args(replay_args)  # a mistake stops the sweep before its first point
+    sweep = run_sweep(replay_args, replay_ns, mode=mode, flag=flag, xs=xs, out=Path(args.out),
+                      attainment=args.attainment, refine=args.refine, verbose=args.replay_output,
                       command=["slogate", "sweep", *(argv if argv is not None else sys.argv[1:])])
     print_table(sweep, Path(args.out))
     return 0
 
 
-def _replay_runner() -> Runner:
-    try:
-        from slogate.replay.cli import main as replay_main
-    except ImportError as exc:
-        raise UsageError(f"the replay engine is not available in this install ({exc})") from None
-    return replay_main
+def run_sweep(replay_args: Sequence[str], replay_ns: argparse.Namespace, *, mode: str, flag: str, xs: Sequence[float],
+              out: Path, attainment: float, refine: int, verbose: bool = False, command: Sequence[str] = ()) -> Sweep:
+    """Run every point (then `refine` bisection points), writing out/point-<x>/ and out/sweep.json.
 
-
-def run_sweep(replay_args: Sequence[str], *, mode: str, flag: str, xs: Sequence[float], out: Path, attainment: float,
-              refine: int, runner: Runner, verbose: bool = False, command: Sequence[str] = ()) -> Sweep:
-    """Run every point (then `refine` bisection points), writing out/point-<x>/ and out/sweep.json."""
+    `replay_args` are the `slogate replay` options as given (recorded in each run's command),
+    `replay_ns` the same parsed."""
     out.mkdir(parents=True, exist_ok=True)
     sweep = Sweep(mode=mode, attainment_target=attainment, command=list(command))
-    for x in xs:
-        sweep.points.append(run_point(replay_args, flag, x, out, runner, verbose=verbose))
+
+    def point(x: float, refined: bool = False) -> None:
+        p, results = run_point(replay_args, replay_ns, flag, x, out, verbose=verbose, refined=refined)
+        sweep.points.append(p)
+        if len(sweep.points) == 1:
+            _slo_of(sweep, results)
         _save(sweep, out)
+
+    for x in xs:
+        point(x)
     for _ in range(refine):
         x = next_refine_x(sweep.points, attainment)
         if x is None or any(abs(p.x - x) < 1e-9 for p in sweep.points):
@@ -104,34 +109,35 @@ def run_sweep(replay_args: Sequence[str], *, mode: str, flag: str, xs: Sequence[
             x = float(round(x))
             if any(p.x == x for p in sweep.points):
                 break
-        sweep.points.append(run_point(replay_args, flag, x, out, runner, verbose=verbose, refined=True))
-        _save(sweep, out)
+        point(x, refined=True)
     return _save(sweep, out)
 
 
-def run_point(replay_args: Sequence[str], flag: str, x: float, out: Path, runner: Runner, *,
-              verbose: bool = False, refined: bool = False) -> SweepPoint:
+def run_point(replay_args: Sequence[str], replay_ns: argparse.Namespace, flag: str, x: float, out: Path, *,
+              verbose: bool = False, refined: bool = False) -> tuple[SweepPoint, Results]:
+    """One `slogate replay` run in memory (replay.cli.replay.run_and_write): out/point-<x>/ holds its files."""
     name = point_dir_name(x)
     directory = out / name
     directory.mkdir(parents=True, exist_ok=True)
     value = str(int(x)) if flag == "--concurrency" else f"{x:g}"
-    argv = [*replay_args, flag, value, "--out", str(directory)]
+    ns = argparse.Namespace(**vars(replay_ns))
+    setattr(ns, flag[2:], int(value) if flag == "--concurrency" else float(value))
+    ns.out = str(directory)
     print(f"sweep: {flag[2:]}={value} → {directory}", flush=True)
     try:
         with open(directory / "replay.log", "w") as log, _quiet(log, verbose):
-            status = runner(argv)
+            workload, options = replay_cli.plan(ns, command=["slogate", "replay", *replay_args, flag, value,
+                                                               "--out", str(directory)])
+            results = replay_cli.run_and_write(workload, options, console=not ns.quiet).results
     except SystemExit as stop:  # the replay was interrupted (Ctrl-C/SIGTERM) and wrote its partial results
         print(f"sweep: interrupted at {flag[2:]}={value}; {out / 'sweep.json'} holds the points that finished, "
               f"{directory} the partial run (not a point of the curve)", flush=True)
         raise stop
-    results_file = directory / "results.json"
-    if not results_file.is_file():
-        raise UsageError(f"the replay at {flag[2:]}={value} wrote no results.json (exit {status}); see {directory / 'replay.log'}")
-    point = point_from_results(x, name, results_io.load(results_file), refined=refined)
+    point = point_from_results(x, name, results, refined=refined)
     att = "–" if point.slo_attainment is None else f"{point.slo_attainment:.1%}"
     print(f"sweep: {flag[2:]}={value}: {point.request_rate_rps:.3g} req/s, {point.output_tokens_per_s:.4g} tok/s, "
           f"attainment {att}" + (" (degraded)" if point.degraded else ""), flush=True)
-    return point
+    return point, results
 
 
 @contextlib.contextmanager
@@ -145,16 +151,12 @@ def _quiet(log, verbose: bool):  # type: ignore[no-untyped-def]
 
 def _save(sweep: Sweep, out: Path) -> Sweep:
     analyze(sweep)
-    _slo_from_points(sweep, out)
     sweep_io.dump(sweep, out / "sweep.json")
     return sweep
 
 
-def _slo_from_points(sweep: Sweep, out: Path) -> None:
+def _slo_of(sweep: Sweep, res: Results) -> None:
     """The SLO attainment was measured with (from the first point's results), for the report's line."""
-    if sweep.slo is not None or not sweep.points:
-        return
-    res = results_io.load(out / sweep.points[0].dir / "results.json")
     name = res.summary.slo
     spec = res.environment.slo.get(name) if name else None
     if spec:

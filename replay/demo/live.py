@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import orjson
 
-from slogate.replay.demo_procs import Child, http_get
+from slogate.replay.demo.procs import Child, http_get
 from slogate.traces.usage import UsageError
 
 POLL_S = 0.5  # how often the live loop checks the children and redraws

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import msgspec
 
-from slogate.replay.demo_live import Display, fetch_status, status_line, watch_replay
-from slogate.replay.demo_procs import Children, Terminated, free_port, sigterm_as_interrupt, wait_ready
-from slogate.replay.demo_steps import (
+from slogate.replay.demo.live import Display, fetch_status, status_line, watch_replay
+from slogate.replay.demo.procs import Children, Terminated, free_port, sigterm_as_interrupt, wait_ready
+from slogate.replay.demo.steps import (
+    Run,
     Setup,
     comparison,
     parse_candidates,
@@ -177,18 +178,17 @@ def run(opts: DemoOptions, display: Display) -> None:
 
     setups = [(opts.baseline, "baseline"), *((c, "candidate") for c in opts.candidates)]
     names = ", ".join(s.name + (" (baseline)" if role == "baseline" else "") for s, role in setups)
-    runs: list[tuple[str, Path]] = []
+    runs: list[Run] = []
     with display.task(f"step 3/4  replaying the capture in virtual time against {names}", total=len(setups)) as update:
         for i, (setup, role) in enumerate(setups):
             update(i, setup.target)
-            runs.append((setup.name, virtual_replay(capture, setup, opts.out / setup.name, slo=opts.slo,
-                                                    seed=opts.seed, role=role)))
+            runs.append(virtual_replay(capture, setup, opts.out / setup.name, slo=opts.slo, seed=opts.seed, role=role))
         update(len(setups), "")
 
     with display.task("step 4/4  comparing the runs and writing report.html"):
         sides, plain = comparison(runs, capture, opts.slo)
         (opts.out / "comparison.txt").write_text(plain, encoding="utf-8")
-        report, plots = write_report([p for _, p in runs] + [live_dir], opts.out / "report.html")
+        report, plots = write_report([run.path for run in runs] + [live_dir], opts.out / "report.html")
     display.result("")
     print_comparison(sides, plain, rich=opts.mode == "rich")
     display.result(f"deltas are vs the baseline {opts.baseline.name} (virtual-time replay of the capture); "

@@ -16,7 +16,7 @@ EXAMPLES = """examples:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from slogate.replay.cli import Parser
+    from slogate.replay.cli.args import Parser
 
     p = Parser(prog="slogate merge", description="Merge shard results (results.json + "
                                 "requests.jsonl.zst) of a distributed replay; percentiles are recomputed from "
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-o", "--out", required=True, help="output directory")
     p.add_argument("--quiet", action="store_true", help="no console table")
     ns = p.parse_args(list(sys.argv[1:] if argv is None else argv))
-    from slogate.replay.cli import write_outputs
+    from slogate.replay.cli.replay import write_outputs
     from slogate.replay.merge import merge_dirs
 
     merged = merge_dirs(ns.dirs)
