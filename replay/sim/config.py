@@ -141,7 +141,8 @@ def step_model(spec: EngineSpec, seed: int) -> StepFn:
         assert c.linear is not None
         return Linear(c.linear, jitter=c.jitter, seed=seed)
     kv_bytes, _ = catalog.precision(c.kv_dtype)
-    return Roofline(spec.gpu, spec.model, tp=c.tp, dtype=c.dtype, kv_bytes=kv_bytes, jitter=c.jitter, seed=seed)
+    return Roofline(spec.gpu, spec.model, tp=c.tp, dtype=c.dtype, kv_bytes=kv_bytes, jitter=c.jitter, seed=seed,
+                    scheduler=c.scheduler)
 
 
 def output_length(rng: random.Random, median: int, cap: int) -> int:
