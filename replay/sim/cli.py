@@ -32,6 +32,7 @@ examples:
   slogate sim --port 8000 --replicas 4                                   # ports 8000-8003
   slogate sim --port 8000 --kv-blocks 200 --max-num-seqs 64              # force preemptions
   slogate sim --port 8000 --fault error_rate=0.05 --fault dead=30:40 --fault slowdown=60:90:3
+  slogate sim calibrate --target http://127.0.0.1:8000 --out gpu.toml   # fit to a real server
   slogate sim --port 8000 --config sim.toml                              # [sim] [server] [faults] [[gpu]] [[model]]
   curl -H 'x-slogate-fault: reset_after=5' ...                            # per-request fault
 
@@ -209,7 +210,12 @@ async def serve(config: SimConfig, opts: ServerOptions, faults: FaultConfig) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    config, opts, faults = configure(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["calibrate"]:
+        from slogate.replay.sim.calibrate import main as calibrate_main
+
+        return calibrate_main(argv[1:])
+    config, opts, faults = configure(argv)
     build(config)  # validate before binding ports
     try:
         import uvloop

@@ -129,7 +129,7 @@ def fit_linear(samples: Sequence[tuple[int, int, int, float]]) -> LinearCoeffici
     aty = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(m)]
     for i in range(m):  # ridge term keeps collinear columns (e.g. constant batch) solvable
         ata[i][i] += 1e-9 * (ata[i][i] or 1.0)
-    x = _solve(ata, aty)
+    x = solve(ata, aty)
     return LinearCoefficients(a_ms=x[0], b_ms=x[1], c_ms=x[2], d_ms=x[3])
 
 
@@ -157,7 +157,7 @@ def read_step_samples(path: str) -> list[tuple[int, int, int, float]]:
     return out
 
 
-def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+def solve(a: list[list[float]], b: list[float]) -> list[float]:
     n = len(b)
     aug = [[*row, b[i]] for i, row in enumerate(a)]
     for col in range(n):
