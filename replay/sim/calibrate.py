@@ -143,8 +143,8 @@ def to_toml(cal: Calibration, url: str) -> str:
     lines += ["[sim]", 'timing = "linear"', "jitter = 0.0"]
     if cal.max_num_seqs is not None:
         lines.append(f"max_num_seqs = {cal.max_num_seqs}  # the target ran one request at a time")
-    lines += ["[sim.linear]", f"a_ms = {c.a_ms:.6g}", f"b_ms = {c.b_ms:.6g}", f"c_ms = {c.c_ms:.6g}",
-              f"d_ms = {c.d_ms:.6g}", ""]
+    lines += ["[sim.linear]", f"a_ms = {c.a_ms!r}", f"b_ms = {c.b_ms!r}", f"c_ms = {c.c_ms!r}",
+              f"d_ms = {c.d_ms!r}", ""]
     return "\n".join(lines)
 
 
