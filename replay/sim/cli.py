@@ -66,7 +66,8 @@ def parser() -> argparse.ArgumentParser:
     a("--tp", type=int, help="tensor-parallel degree (1, 2, 4, 8)")
     a("--dtype", help="weight precision: " + ", ".join(PRECISIONS))
     a("--kv-dtype", help="KV-cache precision (default bf16; fp8 halves it)")
-    a("--timing", choices=["roofline", "constant", "linear"], help="step-time model (default roofline)")
+    a("--timing", nargs="+", metavar="MODEL", help="step-time model: roofline (default), constant, linear, "
+      "or profile FILE (a measured CSV new_tokens,seqs,kv_tokens,step_ms, interpolated)")
     a("--ttft-ms", type=float, help="constant timing: time to first token")
     a("--itl-ms", type=float, help="constant timing: gap between tokens")
     a("--linear", help="linear timing coefficients A,B,C,D: step ms = A + B·tokens + C·seqs + D·kv_tokens")
@@ -120,6 +121,14 @@ def configure(argv: list[str]) -> tuple[SimConfig, ServerOptions, FaultConfig]:
         server.update(f.server)
         if f.gpu or f.model:
             sim["catalog_file"] = ns.config
+    if ns.timing:
+        kind, *rest = ns.timing
+        if kind not in ("roofline", "constant", "linear", "profile") or len(rest) != (kind == "profile"):
+            raise UsageError(f"bad --timing {' '.join(ns.timing)!r}; use roofline, constant, linear or profile FILE")
+        ns.timing = kind
+        if rest:
+            read_step_samples(rest[0], "--timing profile")  # a bad table fails here, before any port is bound
+            sim["profile"] = rest[0]
     for key in ("gpu", "model", "tp", "dtype", "kv_dtype", "timing", "ttft_ms", "itl_ms", "max_num_seqs",
                 "max_num_batched_tokens", "max_model_len", "kv_blocks", "gpu_memory_utilization", "scheduler",
                 "jitter", "replicas", "seed"):

@@ -136,7 +136,7 @@ def fit_linear(samples: Sequence[tuple[int, int, int, float]]) -> LinearCoeffici
 SAMPLE_COLUMNS = ("new_tokens", "seqs", "kv_tokens", "step_ms")
 
 
-def read_step_samples(path: str) -> list[tuple[int, int, int, float]]:
+def read_step_samples(path: str, flag: str = "--linear-fit") -> list[tuple[int, int, int, float]]:
     """Measured steps from a CSV with the columns new_tokens,seqs,kv_tokens,step_ms (header required)."""
     import csv
 
@@ -144,15 +144,15 @@ def read_step_samples(path: str) -> list[tuple[int, int, int, float]]:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
     except OSError as exc:
-        raise UsageError(f"cannot read --linear-fit {path}: {exc.strerror}") from None
+        raise UsageError(f"cannot read {flag} {path}: {exc.strerror}") from None
     if not rows or any(c not in rows[0] for c in SAMPLE_COLUMNS):
-        raise UsageError(f"--linear-fit {path}: expected a CSV header with {','.join(SAMPLE_COLUMNS)}")
+        raise UsageError(f"{flag} {path}: expected a CSV header with {','.join(SAMPLE_COLUMNS)}")
     out = []
     for line, row in enumerate(rows, start=2):
         try:
             out.append((int(row["new_tokens"]), int(row["seqs"]), int(row["kv_tokens"]), float(row["step_ms"])))
         except (TypeError, ValueError):
-            raise UsageError(f"--linear-fit {path} line {line}: expected integers and step_ms in ms, "
+            raise UsageError(f"{flag} {path} line {line}: expected integers and step_ms in ms, "
                              f"got {[row.get(c) for c in SAMPLE_COLUMNS]}") from None
     return out
 
