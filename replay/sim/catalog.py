@@ -62,7 +62,7 @@ _NVLINK_H100 = {"link_gb_s": 450.0, "link_latency_us": 8.0}
 GPUS: dict[str, Gpu] = {
     g.name.lower(): g
     for g in (
-        Gpu(name="A100-80G", hbm_tb_s=2.039, bf16_tflops=312, memory_gib=80, mfu=0.45, **_NVLINK_A100),
+        Gpu(name="A100-80G", hbm_tb_s=2.039, bf16_tflops=312, memory_gib=80, mfu=0.65, **_NVLINK_A100),
         Gpu(name="H100-SXM", hbm_tb_s=3.35, bf16_tflops=989, memory_gib=80, mfu=0.45, fp8=True, **_NVLINK_H100),
         Gpu(name="H200", hbm_tb_s=4.8, bf16_tflops=989, memory_gib=141, mfu=0.45, fp8=True, **_NVLINK_H100),
         Gpu(name="L40S", hbm_tb_s=0.864, bf16_tflops=362, memory_gib=48, mfu=0.32, fp8=True),

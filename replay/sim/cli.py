@@ -32,6 +32,7 @@ examples:
   slogate sim --port 8000 --replicas 4                                   # ports 8000-8003
   slogate sim --port 8000 --kv-blocks 200 --max-num-seqs 64              # force preemptions
   slogate sim --port 8000 --fault error_rate=0.05 --fault dead=30:40 --fault slowdown=60:90:3
+  slogate sim calibrate --target http://127.0.0.1:8000 --out gpu.toml   # fit to a real server
   slogate sim --port 8000 --config sim.toml                              # [sim] [server] [faults] [[gpu]] [[model]]
   curl -H 'x-slogate-fault: reset_after=5' ...                            # per-request fault
 
@@ -65,7 +66,8 @@ def parser() -> argparse.ArgumentParser:
     a("--tp", type=int, help="tensor-parallel degree (1, 2, 4, 8)")
     a("--dtype", help="weight precision: " + ", ".join(PRECISIONS))
     a("--kv-dtype", help="KV-cache precision (default bf16; fp8 halves it)")
-    a("--timing", choices=["roofline", "constant", "linear"], help="step-time model (default roofline)")
+    a("--timing", nargs="+", metavar="MODEL", help="step-time model: roofline (default), constant, linear, "
+      "or profile FILE (a measured CSV new_tokens,seqs,kv_tokens,step_ms, interpolated)")
     a("--ttft-ms", type=float, help="constant timing: time to first token")
     a("--itl-ms", type=float, help="constant timing: gap between tokens")
     a("--linear", help="linear timing coefficients A,B,C,D: step ms = A + B·tokens + C·seqs + D·kv_tokens")
@@ -119,6 +121,14 @@ def configure(argv: list[str]) -> tuple[SimConfig, ServerOptions, FaultConfig]:
         server.update(f.server)
         if f.gpu or f.model:
             sim["catalog_file"] = ns.config
+    if ns.timing:
+        kind, *rest = ns.timing
+        if kind not in ("roofline", "constant", "linear", "profile") or len(rest) != (kind == "profile"):
+            raise UsageError(f"bad --timing {' '.join(ns.timing)!r}; use roofline, constant, linear or profile FILE")
+        ns.timing = kind
+        if rest:
+            read_step_samples(rest[0], "--timing profile")  # a bad table fails here, before any port is bound
+            sim["profile"] = rest[0]
     for key in ("gpu", "model", "tp", "dtype", "kv_dtype", "timing", "ttft_ms", "itl_ms", "max_num_seqs",
                 "max_num_batched_tokens", "max_model_len", "kv_blocks", "gpu_memory_utilization", "scheduler",
                 "jitter", "replicas", "seed"):
@@ -209,7 +219,12 @@ async def serve(config: SimConfig, opts: ServerOptions, faults: FaultConfig) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    config, opts, faults = configure(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["calibrate"]:
+        from slogate.replay.sim.calibrate import main as calibrate_main
+
+        return calibrate_main(argv[1:])
+    config, opts, faults = configure(argv)
     build(config)  # validate before binding ports
     try:
         import uvloop

@@ -15,6 +15,7 @@ import msgspec
 
 from slogate.replay.sim import catalog
 from slogate.replay.sim.kvcache import kv_blocks_for
+from slogate.replay.sim.profile import load_profile
 from slogate.replay.sim.steptime import Linear, LinearCoefficients, Roofline
 from slogate.traces.usage import UsageError
 
@@ -29,10 +30,11 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tp: int = 1
     dtype: str = "bf16"  # weight precision: bf16 fp16 fp8 int8 int4
     kv_dtype: str = "bf16"  # KV cache stays 16-bit unless set (fp8 halves it)
-    timing: Literal["roofline", "constant", "linear"] = "roofline"
+    timing: Literal["roofline", "constant", "linear", "profile"] = "roofline"
     ttft_ms: float = 50.0  # constant model
     itl_ms: float = 10.0  # constant model
     linear: LinearCoefficients | None = None  # linear model (ms); see steptime.fit_linear
+    profile: str | None = None  # profile model: CSV new_tokens,seqs,kv_tokens,step_ms (replay/sim/profile.py)
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     kv_blocks: int | None = None  # overrides memory-derived block count
@@ -107,6 +109,8 @@ def build(config: SimConfig) -> EngineSpec:
             raise UsageError(f"--{name.replace('_', '-')} must be ≥ 0, got {getattr(config, name)}")
     if config.timing == "linear" and config.linear is None:
         raise UsageError("--timing linear needs coefficients: --linear A,B,C,D (ms) or [sim.linear] in --config")
+    if config.timing == "profile" and not config.profile:
+        raise UsageError("--timing profile needs a table: --timing profile steps.csv (new_tokens,seqs,kv_tokens,step_ms)")
     if config.replicas < 1:
         raise UsageError(f"--replicas must be at least 1, got {config.replicas}")
     return EngineSpec(config=config, gpu=gpu, model=model, kv_blocks=blocks, max_num_seqs=seqs,
@@ -140,8 +144,12 @@ def step_model(spec: EngineSpec, seed: int) -> StepFn:
     if c.timing == "linear":
         assert c.linear is not None
         return Linear(c.linear, jitter=c.jitter, seed=seed)
+    if c.timing == "profile":
+        assert c.profile is not None
+        return load_profile(c.profile, jitter=c.jitter, seed=seed)
     kv_bytes, _ = catalog.precision(c.kv_dtype)
-    return Roofline(spec.gpu, spec.model, tp=c.tp, dtype=c.dtype, kv_bytes=kv_bytes, jitter=c.jitter, seed=seed)
+    return Roofline(spec.gpu, spec.model, tp=c.tp, dtype=c.dtype, kv_bytes=kv_bytes, jitter=c.jitter, seed=seed,
+                    scheduler=c.scheduler)
 
 
 def output_length(rng: random.Random, median: int, cap: int) -> int:

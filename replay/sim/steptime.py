@@ -14,12 +14,28 @@ import msgspec
 from slogate.replay.sim.catalog import Gpu, Model, precision
 from slogate.traces.usage import UsageError
 
-# published fits (DESIGN §6)
-HBM_EFF_WEIGHTS = 0.73
-HBM_EFF_KV = 0.51
-STEP_OVERHEAD_S = 0.13e-3
-LAYER_OVERHEAD_S = 32e-6
-SEQ_OVERHEAD_S = 4.4e-6
+# Roofline efficiencies (DESIGN §6 fits, checked against vLLM's CI latency test on H100/H200)
+HBM_EFF_WEIGHTS = 0.73  # fraction of HBM bandwidth reached streaming the weights
+HBM_EFF_KV = 0.51  # … and reading the KV cache (paged, scattered blocks)
+STEP_OVERHEAD_S = 0.13e-3  # per step: launch + sampler (V1, CUDA graphs)
+LAYER_OVERHEAD_S = 32e-6  # per layer: kernel launches and norms
+SEQ_OVERHEAD_S = 4.4e-6  # per sequence in the batch: metadata, sampling
+
+# What the plain roofline leaves out, checked against DistServe's published vLLM profile of OPT-13B on
+# one A100-80GB (LLMServe/DistServe simdistserve/estimators/profile_data/profiler-a100-80g.vllm.json,
+# Apache-2.0): prefill ms = 22.05 + 0.1405·Σn + 8.08e-6·Σn², decode ms = 23.48 + 0.000593·Σctx
+# + 0.0607·B (B < 95), 20.2 + 0.00049·Σctx + 0.120·B (B ≥ 95). See replay/sim/README.md.
+# 1. Weight streaming and GEMM math do not overlap: both fits are intercept (≈ weight read) PLUS a
+#    per-token slope, so a step costs T_mem + T_gemm, not their max. This is what makes small
+#    prefill chunks inefficient (each pays the whole weight read) and gives decode its per-sequence
+#    slope (0.127 ms/seq at A100 MFU 0.65 vs the profile's 0.120 for large batches).
+# 2. Attention runs far below peak: the quadratic prefill term 8.08e-6 ms/token² is 4·L·H·d/2 FLOPs
+#    at 16 % of A100 peak. Decode attention (n = 1) is linear in the context and memory-bound (KV read).
+ATTN_EFF = 0.16
+# 3. V0's Python scheduler, sampler and detokenizer run between GPU steps (vLLM's V1 announcement,
+#    Jan 2025, names V0's CPU overhead as the reason for V1's rewrite): the decode intercept 23.48 ms
+#    less the 18.7 ms roofline step. V1 overlaps that work with the GPU (its CI latency matches without it).
+V0_STEP_CPU_S = 4.8e-3
 
 
 class StepShape(msgspec.Struct):
@@ -32,24 +48,32 @@ class StepShape(msgspec.Struct):
 
 
 class Roofline:
-    """T_step = 0.13 ms + 32 µs·L + 4.4 µs·B + max(T_mem, T_comp) + T_comm(TP), times jitter."""
+    """T_step = overhead(B) + T_mem + T_gemm + T_attn + T_comm(TP), times jitter.
+
+    T_mem = weights + KV read at their HBM efficiencies; T_gemm = 2·P_active·N FLOPs at MFU;
+    T_attn = 4·L·H·d·Σ n(c + n/2) FLOPs at 16 % of peak (prefill attention is quadratic in the
+    chunk); overhead = launch costs, plus V0's CPU scheduling time when scheduler="v0".
+    """
 
     def __init__(self, gpu: Gpu, model: Model, *, tp: int = 1, dtype: str = "bf16",
-                 kv_bytes: float = 2.0, jitter: float = 0.02, seed: int = 0) -> None:
+                 kv_bytes: float = 2.0, jitter: float = 0.02, seed: int = 0, scheduler: str = "v1") -> None:
         if tp < 1:
             raise UsageError(f"--tp must be at least 1, got {tp}")
         b_w, speedup = precision(dtype)
         if dtype.lower() == "fp8" and not gpu.fp8:
             speedup = 1.0  # weight-only fp8 on cards without fp8 tensor cores
         bw = gpu.hbm_tb_s * 1e12
-        flops = gpu.bf16_tflops * 1e12 * gpu.mfu * tp
+        peak = gpu.bf16_tflops * 1e12 * tp
+        flops = peak * gpu.mfu
         kv_heads = max(model.kv_heads, tp)  # heads are replicated when TP exceeds them
         kv_tok = 2 * model.layers * kv_heads * model.head_dim * kv_bytes
         self.t_weights = model.params_b * 1e9 * b_w / tp / (bw * HBM_EFF_WEIGHTS)
         self.kv_coef = kv_tok / tp / (bw * HBM_EFF_KV)
         self.lin_coef = 2 * model.active_b * 1e9 / (flops * speedup)
-        self.attn_coef = 4 * model.layers * model.heads * model.head_dim / flops
+        self.attn_coef = 4 * model.layers * model.heads * model.head_dim / (peak * ATTN_EFF)
         self.t_fixed = STEP_OVERHEAD_S + LAYER_OVERHEAD_S * model.layers
+        if scheduler == "v0":
+            self.t_fixed += V0_STEP_CPU_S
         if tp > 1:  # two all-reduces per layer: fixed latency + ring traffic of the activations
             self.comm_fixed = 2 * model.layers * gpu.link_latency_us * 1e-6
             self.comm_coef = 2 * model.layers * 2 * (tp - 1) / tp * model.hidden * 2 / (gpu.link_gb_s * 1e9)
@@ -60,8 +84,8 @@ class Roofline:
 
     def __call__(self, new_tokens: int, seqs: int, kv_tokens: int, attn_work: float) -> float:
         t_mem = self.t_weights + kv_tokens * self.kv_coef
-        t_comp = new_tokens * self.lin_coef + attn_work * self.attn_coef
-        t = self.t_fixed + SEQ_OVERHEAD_S * seqs + (t_mem if t_mem > t_comp else t_comp)
+        t = (self.t_fixed + SEQ_OVERHEAD_S * seqs + t_mem + new_tokens * self.lin_coef
+             + attn_work * self.attn_coef)
         if self.comm_fixed:
             t += self.comm_fixed + self.comm_coef * new_tokens
         if self.jitter:
@@ -105,14 +129,14 @@ def fit_linear(samples: Sequence[tuple[int, int, int, float]]) -> LinearCoeffici
     aty = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(m)]
     for i in range(m):  # ridge term keeps collinear columns (e.g. constant batch) solvable
         ata[i][i] += 1e-9 * (ata[i][i] or 1.0)
-    x = _solve(ata, aty)
+    x = solve(ata, aty)
     return LinearCoefficients(a_ms=x[0], b_ms=x[1], c_ms=x[2], d_ms=x[3])
 
 
 SAMPLE_COLUMNS = ("new_tokens", "seqs", "kv_tokens", "step_ms")
 
 
-def read_step_samples(path: str) -> list[tuple[int, int, int, float]]:
+def read_step_samples(path: str, flag: str = "--linear-fit") -> list[tuple[int, int, int, float]]:
     """Measured steps from a CSV with the columns new_tokens,seqs,kv_tokens,step_ms (header required)."""
     import csv
 
@@ -120,20 +144,20 @@ def read_step_samples(path: str) -> list[tuple[int, int, int, float]]:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
     except OSError as exc:
-        raise UsageError(f"cannot read --linear-fit {path}: {exc.strerror}") from None
+        raise UsageError(f"cannot read {flag} {path}: {exc.strerror}") from None
     if not rows or any(c not in rows[0] for c in SAMPLE_COLUMNS):
-        raise UsageError(f"--linear-fit {path}: expected a CSV header with {','.join(SAMPLE_COLUMNS)}")
+        raise UsageError(f"{flag} {path}: expected a CSV header with {','.join(SAMPLE_COLUMNS)}")
     out = []
     for line, row in enumerate(rows, start=2):
         try:
             out.append((int(row["new_tokens"]), int(row["seqs"]), int(row["kv_tokens"]), float(row["step_ms"])))
         except (TypeError, ValueError):
-            raise UsageError(f"--linear-fit {path} line {line}: expected integers and step_ms in ms, "
+            raise UsageError(f"{flag} {path} line {line}: expected integers and step_ms in ms, "
                              f"got {[row.get(c) for c in SAMPLE_COLUMNS]}") from None
     return out
 
 
-def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+def solve(a: list[list[float]], b: list[float]) -> list[float]:
     n = len(b)
     aug = [[*row, b[i]] for i, row in enumerate(a)]
     for col in range(n):

@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from slogate.replay.sim.engine import SimConfig, SimRequest, closed_loop, run_virtual, simulate  # noqa: E402
 from slogate.traces.metrics import percentile  # noqa: E402
+from tests.sim.groundtruth import ci_latency, compare, knee  # noqa: E402
 from tests.sim.realclient import hist_quantile, raw_streams, run_plan  # noqa: E402
 from tests.sim.test_fidelity import plan  # noqa: E402
 from tests.simserver import start_sim  # noqa: E402
@@ -39,13 +40,7 @@ def pct(values, q):
 
 
 def published() -> list[dict]:
-    rows = []
-    batch = [SimRequest(arrival=0.0, prompt_tokens=32, output_tokens=128) for _ in range(8)]
-    for gpu, model, tp, ref in (("h100-sxm", "llama-3-8b", 1, 1.0), ("h200", "llama-3-8b", 1, 0.83),
-                                ("h100-sxm", "llama-3-70b", 4, 2.44)):
-        e2e = max(r.e2e for r in simulate(batch, SimConfig(gpu=gpu, model=model, tp=tp)))
-        rows.append({"check": f"E2E {model} TP{tp} {gpu}, batch 8, 32→128", "published": ref,
-                     "simulated": round(e2e, 3), "error_pct": round(100 * (e2e - ref) / ref, 1)})
+    rows = ci_latency()
 
     def decode_tps(gpu: str, n: int) -> float:
         rs = simulate([SimRequest(arrival=0.0, prompt_tokens=256, output_tokens=256) for _ in range(n)],
@@ -59,6 +54,23 @@ def published() -> list[dict]:
         rows.append({"check": f"decode tokens/s H100/A100, llama-3-8b, batch {n}", "published": "1.5–2.1",
                      "simulated": round(ratio, 2), "error_pct": None})
     return rows
+
+
+def ground_truth() -> dict:
+    """Per-request ground truth of a real vLLM (V0) engine replayed in virtual time, by load level."""
+    rows = compare()
+    errs = {m: [abs(r[f"{m}_err_pct"]) for r in rows] for m in
+            ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90")}
+    k_real, k_sim = knee(rows, "real"), knee(rows, "sim")
+    return {"source": "LLMServe/DistServe@20a1633 alignment data: vLLM V0, OPT-13B, 1x A100-80GB, ShareGPT, "
+                      "Poisson 1-4 req/s (tests/bench/ground_truth/README.md)",
+            "config": "--gpu a100-80g --model opt-13b --scheduler v0", "levels": rows,
+            "median_abs_err_pct": {m: round(statistics.median(v), 1) for m, v in errs.items()},
+            "p90_abs_err_pct": {m: round(pct(v, 90), 1) for m, v in errs.items()},
+            "knee_ttft_p90_1s_req_s": {"real": round(k_real, 2) if k_real else None,
+                                       "sim": round(k_sim, 2) if k_sim else None,
+                                       "err_pct": round(100 * (k_sim - k_real) / k_real, 1)
+                                       if k_real and k_sim else None}}
 
 
 def sweep() -> list[dict]:
@@ -198,6 +210,14 @@ def main() -> int:
     results: dict[str, object] = {"machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()}}
     results["published"] = published()
     table("published behaviour (virtual clock)", results["published"])  # type: ignore[arg-type]
+    gt = ground_truth()
+    results["ground_truth_vllm_v0_opt13b_a100"] = gt
+    short = [{"rate": r["rate_req_s"], "n": r["requests"],
+              **{f"{m}_p{q}": f"{r[f'{m}_p{q}_real_ms']:.0f}→{r[f'{m}_p{q}_sim_ms']:.0f} ({r[f'{m}_p{q}_err_pct']:+.0f}%)"
+                 for m in ("ttft", "tpot") for q in (50, 90)}} for r in gt["levels"]]
+    table(f"ground truth, real→sim ms (error): {gt['source']}", short)
+    print(f"median |error| {gt['median_abs_err_pct']}; p90 |error| {gt['p90_abs_err_pct']}; "
+          f"knee (TTFT p90 = 1 s) {gt['knee_ttft_p90_1s_req_s']}")
     results["sweep"] = sweep()
     table("closed-loop concurrency sweep, h100-sxm llama-3-8b, 1024 in / 256 out", results["sweep"])  # type: ignore[arg-type]
     results["preemption"] = preemption_demo()

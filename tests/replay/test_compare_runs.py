@@ -37,8 +37,16 @@ def step_s(gpu: str = "h100-sxm") -> float:
     return step_model(spec, 0)(MAX_SEQS, MAX_SEQS, kv_tokens, 0.0)
 
 
-def capacity_rps(gpu: str = "h100-sxm") -> float:
-    return MAX_SEQS / (OUT_TOKENS * step_s(gpu))
+def capacity_rps(gpu: str = "h100-sxm", seats: int = MAX_SEQS) -> float:
+    """`seats` requests in flight: every step decodes that many tokens and on average prefills
+    seats / OUT_TOKENS prompts; the step model is affine, so the mean step is the mean shape's step."""
+    from slogate.replay.sim.config import SimConfig, build, step_model
+
+    spec = build(SimConfig(gpu=gpu, model="llama-3-8b", max_num_seqs=MAX_SEQS, jitter=0.0))
+    starts = seats / OUT_TOKENS
+    mean_step = step_model(spec, 0)(seats + starts * IN_TOKENS, seats, seats * (IN_TOKENS + OUT_TOKENS),
+                                    starts * IN_TOKENS * IN_TOKENS / 2)
+    return seats / (OUT_TOKENS * mean_step)
 
 
 def make_trace(path: Path, *, rate: float = 20.0, seconds: float = 5.0) -> Path:

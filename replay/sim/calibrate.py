@@ -1,0 +1,175 @@
+"""`slogate sim calibrate`: fit the linear step model to any OpenAI-compatible server, write a TOML.
+
+Sends a small designed workload (prompt sizes one at a time, decode batches via concurrency, a long
+context), turns each design point's median TTFT or TPOT into a step sample and solves least squares
+for step ms = A + B·new_tokens + C·seqs + D·kv_tokens (+ the client's TTFT overhead). Prompts are
+synthetic filler words; it never sends, logs or stores real prompt text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+from slogate.replay.client import ClientConfig, new_pool, send
+from slogate.replay.sim.steptime import LinearCoefficients, solve
+from slogate.traces.record import RequestRecord
+from slogate.traces.usage import UsageError
+
+FILLER = "the of and to in is it you that he was for on are with as his they at be"
+
+
+class Sample(msgspec.Struct, frozen=True):
+    """One design point: the step shape it exercises and what was measured (ms)."""
+
+    kind: str  # "prefill" (TTFT of one prompt) or "decode" (TPOT at a concurrency)
+    new_tokens: int
+    seqs: int
+    kv_tokens: int
+    step_ms: float
+
+
+class Calibration(msgspec.Struct):
+    linear: LinearCoefficients
+    ttft_overhead_ms: float
+    max_num_seqs: int | None  # 1 when the server runs one request at a time
+    samples: list[Sample]
+
+
+def prompt(i: int, words: int) -> str:
+    """A unique first word (no prefix-cache hits across requests), then filler words."""
+    fill = FILLER.split()
+    return " ".join([f"q{i}x"] + [fill[k % len(fill)] for k in range(words - 1)])
+
+
+class Prober:
+    def __init__(self, url: str, model: str | None, timeout_s: float) -> None:
+        self.cfg = ClientConfig(base_url=url.rstrip("/"), model=model, endpoint="/v1/completions",
+                                timeout_s=timeout_s)
+        self.pool = new_pool(self.cfg)
+        self.n = 0
+
+    async def one(self, words: int, max_tokens: int) -> RequestRecord:
+        self.n += 1
+        body: dict[str, object] = {"prompt": prompt(self.n, words), "max_tokens": max_tokens, "stream": True,
+                                   "ignore_eos": True, "temperature": 0.0,
+                                   "stream_options": {"include_usage": True}}
+        if self.cfg.model:
+            body["model"] = self.cfg.model
+        rec = await send(self.pool, self.cfg, msgspec.json.encode(body), intended_ns=time.perf_counter_ns())
+        if rec.error or rec.status != 200 or rec.ttft is None:
+            raise UsageError(f"calibrate: {self.cfg.base_url} answered status {rec.status} ({rec.error}); "
+                             "check --target and --model")
+        return rec
+
+    async def batch(self, n: int, words: int, max_tokens: int) -> list[RequestRecord]:
+        return list(await asyncio.gather(*(self.one(words, max_tokens) for _ in range(n))))
+
+
+def _tokens(rec: RequestRecord, words: int) -> int:
+    return rec.input_tokens or words
+
+
+async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int, ...] = (16, 256, 1024),
+                  batches: tuple[int, ...] = (1, 4, 8), long_words: int = 2048, decode_tokens: int = 48,
+                  repeats: int = 3, timeout_s: float = 120.0) -> tuple[list[Sample], bool]:
+    """Run the design; returns the samples and whether the server batches concurrent requests."""
+    p = Prober(url, model, timeout_s)
+    try:
+        await p.one(8, 4)  # warm-up: connection, first-request costs
+        samples: list[Sample] = []
+        for words in prompt_words:
+            recs = [await p.one(words, 2) for _ in range(repeats)]
+            n = _tokens(recs[0], words)
+            samples.append(Sample("prefill", n, 1, n, 1e3 * statistics.median(r.ttft for r in recs)))
+        pair = await p.batch(2, 16, decode_tokens)
+        first, second = sorted(pair, key=lambda r: r.ttft or 0.0)
+        serial = (second.ttft or 0.0) > 0.8 * (first.e2e or 0.0)
+        for b in (1,) if serial else batches:
+            tpots = []
+            for _ in range(repeats):
+                recs = await p.batch(b, 16, decode_tokens)
+                tpots += [r.tpot for r in recs if r.tpot is not None]
+                ctx = _tokens(recs[0], 16) + decode_tokens // 2
+            samples.append(Sample("decode", b, b, b * ctx, 1e3 * statistics.median(tpots)))
+        recs = [await p.one(long_words, decode_tokens) for _ in range(repeats)]
+        ctx = _tokens(recs[0], long_words) + decode_tokens // 2
+        samples.append(Sample("decode", 1, 1, ctx, 1e3 * statistics.median(r.tpot for r in recs if r.tpot)))
+        return samples, not serial
+    finally:
+        p.pool.close()
+
+
+def fit(samples: list[Sample], *, batches: bool = True) -> tuple[LinearCoefficients, float]:
+    """Least squares for A, B, C, D and the TTFT overhead (prefill rows carry it, decode rows do not).
+
+    A server that runs one request at a time never shows seqs apart from new tokens, so C is held at 0.
+    """
+    cols = 5 if batches else 4
+    rows, ys = [], []
+    for s in samples:
+        row = [1.0, float(s.new_tokens), float(s.seqs), float(s.kv_tokens), 1.0 if s.kind == "prefill" else 0.0]
+        rows.append(row if batches else [row[0], row[1], row[3], row[4]])
+        ys.append(s.step_ms)
+    if len(rows) < cols:
+        raise UsageError(f"calibrate: {len(rows)} design points cannot fit {cols} constants")
+    ata = [[sum(r[i] * r[j] for r in rows) for j in range(cols)] for i in range(cols)]
+    aty = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(cols)]
+    x = solve(ata, aty)
+    if not batches:
+        x = [x[0], x[1], 0.0, x[2], x[3]]
+    return LinearCoefficients(a_ms=x[0], b_ms=x[1], c_ms=x[2], d_ms=x[3]), x[4]
+
+
+async def calibrate(url: str, **kw: object) -> Calibration:
+    samples, batches = await measure(url, **kw)  # type: ignore[arg-type, misc]
+    coef, overhead = fit(samples, batches=batches)
+    return Calibration(linear=coef, ttft_overhead_ms=overhead, max_num_seqs=None if batches else 1,
+                       samples=samples)
+
+
+def to_toml(cal: Calibration, url: str) -> str:
+    c = cal.linear
+    lines = [f"# slogate sim calibrate --target {url}: step ms = A + B·new_tokens + C·seqs + D·kv_tokens",
+             f"# client-side TTFT overhead {cal.ttft_overhead_ms:.3f} ms (not part of the engine step)",
+             "# design points (kind, new_tokens, seqs, kv_tokens, measured ms):"]
+    lines += [f"#   {s.kind} {s.new_tokens} {s.seqs} {s.kv_tokens} {s.step_ms:.3f}" for s in cal.samples]
+    lines += ["[sim]", 'timing = "linear"', "jitter = 0.0"]
+    if cal.max_num_seqs is not None:
+        lines.append(f"max_num_seqs = {cal.max_num_seqs}  # the target ran one request at a time")
+    lines += ["[sim.linear]", f"a_ms = {c.a_ms!r}", f"b_ms = {c.b_ms!r}", f"c_ms = {c.c_ms!r}",
+              f"d_ms = {c.d_ms!r}", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="slogate sim calibrate", description="Fit the simulator's linear step "
+                                "model to a running OpenAI-compatible server; write a TOML for `slogate sim --config`.")
+    p.add_argument("--target", required=True, help="base URL of the server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", help="model id to send (default: none, the server's only model)")
+    p.add_argument("--out", default="sim-calibrated.toml", help="TOML to write (default sim-calibrated.toml)")
+    p.add_argument("--prompt-tokens", default="16,256,1024", help="prefill design sizes (words ≈ tokens)")
+    p.add_argument("--batches", default="1,4,8", help="decode concurrencies")
+    p.add_argument("--long-context", type=int, default=2048, help="context of the long-context decode point")
+    p.add_argument("--repeats", type=int, default=3, help="requests per design point (median)")
+    ns = p.parse_args(argv)
+    try:
+        sizes = tuple(int(x) for x in ns.prompt_tokens.split(","))
+        batches = tuple(int(x) for x in ns.batches.split(","))
+    except ValueError:
+        raise UsageError("--prompt-tokens and --batches take comma-separated integers, e.g. 16,256,1024") from None
+    if not ns.target.startswith(("http://", "https://")):
+        raise UsageError(f"--target {ns.target!r} is not a URL; use e.g. http://127.0.0.1:8000")
+    cal = asyncio.run(calibrate(ns.target, model=ns.model, prompt_words=sizes, batches=batches,
+                                long_words=ns.long_context, repeats=ns.repeats))
+    Path(ns.out).write_text(to_toml(cal, ns.target))
+    c = cal.linear
+    print(f"slogate sim calibrate: step ms = {c.a_ms:.4g} + {c.b_ms:.4g}·new_tokens + {c.c_ms:.4g}·seqs + "
+          f"{c.d_ms:.4g}·kv_tokens; wrote {ns.out} (use: slogate sim --config {ns.out})", file=sys.stderr)
+    return 0
