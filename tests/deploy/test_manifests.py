@@ -203,31 +203,3 @@ def test_replay_job_shards_agree() -> None:
         if ref and ref["name"] == "slogate-replay-params":
             assert ref["key"] in keys
 
-
-def test_dockerfile() -> None:
-    """Read-only checks of the image recipe (Docker cannot run here)."""
-    text = (DEPLOY / "Dockerfile").read_text()
-    joined = re.sub(r"\\\n", " ", text)
-    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim$", text, re.M)
-    assert re.search(r"pip install --no-cache-dir \"\.\$\{EXTRAS:\+\[\$EXTRAS\]\}\"", joined)
-    assert re.search(r'^ARG EXTRAS=""$', text, re.M), "the default image has core dependencies only"
-    assert re.search(r"^USER 10001:10001$", text, re.M)
-    assert re.search(r"^EXPOSE 8080 9090$", text, re.M)
-    assert re.search(r"^HEALTHCHECK .*CMD \[\"python\", \"-c\", \".*urllib\.request.*/healthz", joined, re.M)
-    assert re.search(r'^ENTRYPOINT \["slogate"\]$', text, re.M)
-    assert re.search(r'^CMD \["gateway",', joined, re.M)
-    # Everything the build COPYs exists in the context and is not excluded by the ignore file.
-    ignored = {line.strip() for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
-               if line.strip() and not line.startswith("#")}
-    copied = set()
-    for line in re.findall(r"^COPY (?!--from)(.+)$", text, re.M):
-        for src in line.split()[:-1]:
-            assert (REPO / src).exists(), f"COPY {src}: not in the build context"
-            assert src.rstrip("/") not in ignored, f"COPY {src}: excluded by Dockerfile.dockerignore"
-            copied.add(src.rstrip("/"))
-    # `pip install .` needs every package the distribution ships, and the readme pyproject names.
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    packages = set(project["tool"]["setuptools"]["package-dir"].values())
-    assert packages and packages | {"pyproject.toml", project["project"]["readme"]} <= copied, (
-        f"the Dockerfile must COPY {sorted(packages - copied)}"
-    )
