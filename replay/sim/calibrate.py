@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgspec
 
-from slogate.replay.client import ClientConfig, new_pool, send
+from slogate.replay.client import ClientConfig, complete, new_pool, start
 from slogate.replay.sim.steptime import LinearCoefficients, solve
 from slogate.traces.record import RequestRecord
 from slogate.traces.usage import UsageError
@@ -62,7 +62,8 @@ class Prober:
                                    "stream_options": {"include_usage": True}}
         if self.cfg.model:
             body["model"] = self.cfg.model
-        rec = await send(self.pool, self.cfg, msgspec.json.encode(body), intended_ns=time.perf_counter_ns())
+        rec = await complete(self.pool, self.cfg, start(self.pool, self.cfg, msgspec.json.encode(body),
+                                                       intended_ns=time.perf_counter_ns()))
         if rec.error or rec.status != 200 or rec.ttft is None:
             raise UsageError(f"calibrate: {self.cfg.base_url} answered status {rec.status} ({rec.error}); "
                              "check --target and --model")
