@@ -32,7 +32,8 @@ from gateway_overhead_load import LoadResult, LoadSpec, run  # noqa: E402
 from tests.servers import Server, free_port, running  # noqa: E402
 from tests.simserver import start_sim  # noqa: E402
 
-PROXIES = ("direct", "slogate", "envoy", "nginx")
+PROXIES = ("direct", "slogate", "slogate-baseline", "envoy", "nginx")
+BASELINE: list[str] = []  # --baseline: the command prefix of another slogate build (before/after in one run)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -89,9 +90,10 @@ def _envoy_binary() -> str:
 @contextlib.contextmanager
 def start_proxy(name: str, upstream: Server, tmp: Path) -> Iterator[Server]:
     port = free_port()
-    if name == "slogate":
-        trace_dir = tmp / "trace"
-        cmd = [sys.executable, "-m", "slogate", "gateway", "--listen", f"127.0.0.1:{port}"]
+    if name in ("slogate", "slogate-baseline"):
+        trace_dir = tmp / f"trace-{name}"
+        prefix = [sys.executable, "-m", "slogate"] if name == "slogate" else BASELINE
+        cmd = [*prefix, "gateway", "--listen", f"127.0.0.1:{port}"]
         cmd += [
             "--upstream",
             upstream.url,
@@ -307,13 +309,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=8.0, help="seconds of load per target per round")
     ap.add_argument("--workers", type=int, default=2, help="client processes")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma list of {', '.join(SCENARIOS)}")
-    ap.add_argument("--proxies", default=",".join(PROXIES), help=f"comma list of {', '.join(PROXIES)}")
+    ap.add_argument("--baseline", metavar="CMD", help="command of another slogate build, e.g. "
+                    "'/old/venv/bin/slogate': adds the proxy slogate-baseline (the same run, before vs after)")
+    ap.add_argument("--proxies", default="direct,slogate,envoy,nginx", help=f"comma list of {', '.join(PROXIES)}")
     ap.add_argument(
         "--sim-arg", dest="sim_args", action="append", default=[], help="extra `slogate sim` flag"
     )
     ap.add_argument("--json", type=Path, default=HERE / "results" / "gateway_overhead.json")
     args = ap.parse_args(argv)
     args.proxies = [p for p in args.proxies.split(",") if p]
+    if args.baseline:
+        BASELINE[:] = args.baseline.split()
+        if "slogate-baseline" not in args.proxies:
+            args.proxies.append("slogate-baseline")
+    elif "slogate-baseline" in args.proxies:
+        raise SystemExit("--proxies slogate-baseline needs --baseline CMD")
     if "direct" not in args.proxies:
         args.proxies.insert(0, "direct")
     unknown = set(args.proxies) - set(PROXIES) | set(args.scenarios.split(",")) - set(SCENARIOS)
