@@ -250,3 +250,23 @@ def test_a_candidate_that_falls_behind_shows_lower_throughput_and_a_long_drain(t
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_replay_against_a_failing_sim_counts_failures_as_not_good(tmp_path: Path):
+    """`--fault error_rate=0.3` answering 429, plus resets mid-stream: those requests are failed, by
+    class, never good; attainment is good / all."""
+    with start_sim(timing="constant", ttft_ms=5, itl_ms=1, fault="error_rate=0.3,error_status=429,reset_rate=0.2,seed=4") \
+            as sim:
+        run = subprocess.run([*SLOGATE, "replay", "--synthetic", "constant:rate=40", "--max-requests", "80",
+                              "--input-tokens", "fixed:32", "--output-tokens", "fixed:16", "--seed", "2",
+                              "--slo", "ttft=1", "--retries", "0", "--target", sim.url, "--model", SIM_MODEL,
+                              "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+    s = load_results(tmp_path / "run").summary
+    assert set(s.failed_by_class) == {"upstream_status", "reset"}, s.failed_by_class
+    assert 10 <= s.failed_by_class["upstream_status"] <= 40 and s.failed_by_class["reset"] >= 3
+    assert s.failed == sum(s.failed_by_class.values())
+    good = s.goodput_by_slo["default"]["good_requests"]
+    assert good == s.requests - s.failed  # every successful request met the loose SLO; no failure did
+    assert s.slo_attainment == pytest.approx(good / s.requests)
+    assert s.ttft_s.count == s.requests - s.failed
