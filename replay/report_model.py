@@ -9,6 +9,7 @@ import msgspec
 
 from slogate.replay import sweep as sweep_io
 from slogate.replay.results import Results
+from slogate.replay.stability import Stability
 from slogate.traces.record import RequestRecord
 
 
@@ -21,6 +22,7 @@ class RunData(msgspec.Struct):
     records: list[RequestRecord] = []  # from requests.jsonl.zst (empty when absent)
     scraped: list[dict[str, float]] = []  # from metrics.jsonl: {"t": seconds, metric: value, …}
     notes: list[str] = []  # what was missing or unreadable
+    stability: Stability | None = None  # from stability.json (replay --stability)
 
 
 class SweepData(msgspec.Struct):
@@ -31,6 +33,17 @@ class SweepData(msgspec.Struct):
     sweep: sweep_io.Sweep
 
 
+class Conclusion(msgspec.Struct):
+    """One statement the numbers support, with the figure it rests on (`conclusions.json`)."""
+
+    topic: str  # capacity, binding, cost, stability, trust
+    text: str
+    figure: str  # anchor id in report.html of the figure or table it rests on
+    level: str = "info"  # info | warn
+    run: str | None = None  # the run (or sweep) it is about
+    values: dict[str, float | str | None] = {}
+
+
 class ReportData(msgspec.Struct):
     """Everything one report shows."""
 
@@ -38,6 +51,14 @@ class ReportData(msgspec.Struct):
     generated_unix: float
     runs: list[RunData]
     sweeps: list[SweepData] = []
+    conclusions: list[Conclusion] = []
+    # per run after the first: bootstrap CI of each latency stat's change vs the first run (None: no records)
+    cis: list[dict[str, tuple[float, float]] | None] = []
+
+
+def anchor(kind: str, name: str) -> str:
+    """An HTML id for a run's (or sweep's) figure: `kind-` + the name with unsafe characters as '-'."""
+    return kind + "-" + "".join(c if c.isalnum() or c in "_." else "-" for c in name)
 
 
 def flatten_sample(obj: dict[str, object]) -> dict[str, float] | None:
