@@ -70,11 +70,49 @@ def telemetry_peaks(run: RunData) -> dict[str, float]:
     return out
 
 
+def peak_in_flight(run: RunData) -> int:
+    """The most requests in flight at once, from the records (actual send to completion)."""
+    events = []
+    for r in run.records:
+        send = r.t + (r.lag or 0.0)
+        events += [(send, 1), (send + (r.e2e or 0.0), -1)]
+    peak = cur = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):  # ends before starts at the same instant
+        cur += step
+        peak = max(peak, cur)
+    return peak
+
+
+def _binding_from_records(data: ReportData) -> list[Conclusion]:
+    """No telemetry: the client's view (requests in flight vs the engine's max_num_seqs, TTFT spread)."""
+    runs = [r for r in data.runs if r.records]
+    if not runs:
+        return [Conclusion("binding", "what binds is not determined: no server telemetry was scraped and no "
+                           "per-request records (replay with --scrape-metrics 1)", "telemetry", "warn")]
+    out = []
+    for run in sorted(runs, key=lambda r: -r.results.summary.request_rate_rps)[:3]:
+        s = run.results.summary
+        seats = run.results.environment.engine.get("max_num_seqs")
+        peak = peak_in_flight(run)
+        p50, p99 = s.ttft_s.p50, s.ttft_s.p99
+        if seats and seats.isdigit() and peak > int(seats):
+            what = (f"the scheduler limit: up to {peak} requests in flight against max_num_seqs={seats}, so the rest "
+                    "queued")
+        elif p50 and p99 and p99 > 3 * p50:
+            what = f"prefill/queueing: TTFT p99 is {p99 / p50:.1f}× its p50 with at most {peak} requests in flight"
+        else:
+            what = (f"nothing queued: at most {peak} requests in flight" + (f" (max_num_seqs={seats})" if seats else "")
+                    + "; decode bandwidth sets TPOT")
+        out.append(Conclusion("binding", f"{run.name}: what binds at {s.request_rate_rps:.3g} req/s (client view, no "
+                              f"server telemetry scraped): {what}", anchor("telemetry", run.name), "info", run.name,
+                              {"peak_in_flight": float(peak), "max_num_seqs": seats}))
+    return out
+
+
 def _binding(data: ReportData) -> list[Conclusion]:
     scraped = [r for r in data.runs if r.scraped]
     if not scraped:
-        return [Conclusion("binding", "what binds is not determined: no server telemetry was scraped "
-                           "(replay with --scrape-metrics 1)", "telemetry", "warn")]
+        return _binding_from_records(data)
     run = max(scraped, key=lambda r: r.results.summary.request_rate_rps)  # the most loaded run shows the limit
     p = telemetry_peaks(run)
     env = run.results.environment
