@@ -1,5 +1,6 @@
-"""Compare runs: load each side (a run's results.json, or a captured trace summarized the same way),
-flatten every summary metric, compute deltas against the first side and check `--fail-if` bounds.
+"""Compare runs: load each side (a run's results.json, or a captured trace summarized the same way)
+with its per-request records, flatten every summary metric, compute deltas against the first side
+with bootstrap confidence intervals (replay.significance) and check `--fail-if` bounds.
 
 Pure apart from reading the inputs; never writes files and never prints (replay.cli.compare does).
 """
@@ -15,7 +16,9 @@ import msgspec
 
 from slogate.replay.measure import offered_rate
 from slogate.replay.results import Environment, Results, load
+from slogate.replay.significance import PER_REQUEST, bootstrap_deltas, significant
 from slogate.traces.metrics import Summary
+from slogate.traces.record import RequestRecord
 from slogate.traces.segments import TraceError
 from slogate.traces.slo import Slo, SloError, parse_slo
 from slogate.traces.summary import RunSummary, summarize
@@ -32,11 +35,12 @@ NEUTRAL = ("requests", "duration_s", "window_start_s", "offered_rate_rps", "send
 FAIL_IF_GRAMMAR = (
     "METRIC OP BOUND, OP one of < <= > >=; BOUND '+10%'/'-5%' (relative change vs the baseline), "
     "'+0.05'/'-2' (signed: absolute change, '+20ms' allowed) or '0.9' (unsigned: the value itself); "
-    "METRIC a summary field like goodput_rps, slo_attainment or ttft_s.p99"
+    "METRIC a summary field like goodput_rps, slo_attainment or ttft_s.p99; a trailing '!' "
+    "('ttft_s.p99>+10%!') breaks only when the change is also significant (bootstrap CI excludes 0)"
 )
 _FAIL_IF = re.compile(
     r"^\s*(?P<metric>[A-Za-z_][A-Za-z0-9_.\-]*)\s*(?P<op><=|>=|<|>)\s*"
-    r"(?P<sign>[+-])?(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>%|ms|us|s)?\s*$"
+    r"(?P<sign>[+-])?(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>%|ms|us|s)?\s*(?P<sig>!)?\s*$"
 )
 
 
@@ -51,6 +55,7 @@ class Side(msgspec.Struct):
     source: str
     kind: str  # "run" (results.json) or "trace" (captured trace summarized over its span)
     results: Results
+    records: list[RequestRecord] | None = None  # per-request records (None: none beside the results)
 
 
 class Bound(msgspec.Struct, frozen=True):
@@ -61,6 +66,7 @@ class Bound(msgspec.Struct, frozen=True):
     op: str
     value: float
     mode: str  # "relative" (fraction), "absolute" (change in the metric's unit) or "value"
+    significant: bool = False  # '!': also require the change to exceed the bootstrap CI
 
 
 class Violation(msgspec.Struct):
@@ -84,13 +90,28 @@ def load_side(path: str | Path, *, slos: Sequence[Slo] = (), name: str | None = 
     results_file = p / "results.json" if p.is_dir() else p
     if results_file.name.endswith(".json") and results_file.is_file():
         try:
-            return Side(name=label, source=str(p), kind="run", results=load(results_file))
+            results = load(results_file)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise CompareError(f"{results_file}: not a slogate results.json ({exc})") from None
-    return Side(name=label, source=str(p), kind="trace", results=summarize_trace(p, slos=slos))
+        return Side(name=label, source=str(p), kind="run", results=results,
+                    records=run_records(results_file.parent / "requests.jsonl.zst"))
+    results, records = summarize_trace(p, slos=slos, with_records=True)
+    return Side(name=label, source=str(p), kind="trace", results=results, records=records)
 
 
-def summarize_trace(path: str | Path, *, slos: Sequence[Slo] = ()) -> Results:
+def run_records(path: Path) -> list[RequestRecord] | None:
+    """A run's per-request records (requests.jsonl.zst beside results.json); None when absent/unreadable."""
+    if not path.is_file():
+        return None
+    from slogate.traces.reader import read_trace
+
+    try:
+        return read_trace(path).records
+    except TraceError:
+        return None
+
+
+def summarize_trace(path: str | Path, *, slos: Sequence[Slo] = (), with_records: bool = False):  # type: ignore[no-untyped-def]
     """Summarize a captured trace like a run: the same summary, over its offered window (the arrivals
     are the schedule a replay of it offers, so a candidate that keeps up reports the same rates).
 
@@ -116,7 +137,8 @@ def summarize_trace(path: str | Path, *, slos: Sequence[Slo] = ()) -> Results:
         start_unix=trace.header.start_unix,
         slo={s.name: s.spec() for s in slos},
     )
-    return Results(environment=env, summary=summary)
+    results = Results(environment=env, summary=summary)
+    return (results, trace.records) if with_records else results
 
 
 def slos_of(results: Results) -> list[Slo]:
@@ -214,20 +236,43 @@ def parse_bound(text: str, known: Sequence[str]) -> Bound:
         hint = f"; did you mean one of: {', '.join(close)}" if close else f"; known metrics include {', '.join(list(known)[:12])}, …"
         raise CompareError(f"bad --fail-if {text!r}: unknown metric {metric!r}{hint}")
     value = float(m["num"]) * (-1.0 if sign == "-" else 1.0)
+    sig = bool(m["sig"])
+    if sig and (metric.split(".")[0] not in PER_REQUEST or not (unit == "%" or sign)):
+        raise CompareError(f"bad --fail-if {text!r}: '!' (significance) needs a change ('+10%', '+20ms') of a "
+                           f"per-request latency ({', '.join(PER_REQUEST)}), e.g. 'ttft_s.p99>+10%!'")
     if unit == "%":
-        return Bound(text=text, metric=metric, op=m["op"], value=value / 100.0, mode="relative")
+        return Bound(text=text, metric=metric, op=m["op"], value=value / 100.0, mode="relative", significant=sig)
     if unit in ("ms", "us", "s"):
         value *= {"s": 1.0, "ms": 1e-3, "us": 1e-6}[unit]
-    return Bound(text=text, metric=metric, op=m["op"], value=value, mode="absolute" if sign else "value")
+    return Bound(text=text, metric=metric, op=m["op"], value=value, mode="absolute" if sign else "value",
+                 significant=sig)
 
 
-def check(bounds: Sequence[Bound], sides: Sequence[Side]) -> list[Violation]:
-    """Check every bound on every side after the first (the baseline); a missing value breaks the bound."""
+def intervals(sides: Sequence[Side], *, seed: int = 0, resamples: int | None = None) -> list[dict[str, tuple[float, float]] | None]:
+    """Per non-baseline side: the bootstrap CI of each latency stat's change vs the baseline (None
+    when either side has no per-request records)."""
+    base = sides[0].records
+    out: list[dict[str, tuple[float, float]] | None] = []
+    for side in sides[1:]:
+        if not base or not side.records:
+            out.append(None)
+            continue
+        kw = {"resamples": resamples} if resamples else {}
+        out.append(bootstrap_deltas(base, side.records, seed=seed, **kw))
+    return out
+
+
+def check(bounds: Sequence[Bound], sides: Sequence[Side],
+          cis: Sequence[dict[str, tuple[float, float]] | None] | None = None) -> list[Violation]:
+    """Check every bound on every side after the first (the baseline); a missing value breaks the bound.
+    A '!' bound breaks only when the change is also significant (`cis` from `intervals`)."""
     flats = [flatten(s.results.summary) for s in sides]
     base = flats[0]
     out: list[Violation] = []
+    if cis is None and any(b.significant for b in bounds):
+        cis = intervals(sides)
     for bound in bounds:
-        for side, flat in zip(sides[1:], flats[1:], strict=True):
+        for i, (side, flat) in enumerate(zip(sides[1:], flats[1:], strict=True)):
             value = flat.get(bound.metric)
             absolute, relative = deltas(base.get(bound.metric), value)
             measured = {"relative": relative, "absolute": absolute, "value": value}[bound.mode]
@@ -235,6 +280,15 @@ def check(bounds: Sequence[Bound], sides: Sequence[Side]) -> list[Violation]:
                 out.append(Violation(bound.text, side.name, bound.metric, None, bound.mode,
                                      f"{side.name}: {bound.metric} has no value to check {bound.text!r} against"))
             elif _holds(measured, bound.op, bound.value):
+                if bound.significant:
+                    ci = (cis[i] or {}).get(bound.metric) if cis is not None else None
+                    if ci is None:
+                        out.append(Violation(bound.text, side.name, bound.metric, measured, bound.mode,
+                                             f"{side.name}: {bound.text!r}: no per-request records on both sides "
+                                             "to test significance (requests.jsonl.zst)"))
+                        continue
+                    if not significant(ci):
+                        continue  # the change is within run-to-run noise
                 out.append(Violation(bound.text, side.name, bound.metric, measured, bound.mode,
                                      f"{side.name}: {bound.text!r} broken: {_describe(bound, measured, value)}"))
     return out
@@ -255,8 +309,12 @@ def _describe(bound: Bound, measured: float, value: float | None) -> str:
 # -- the whole comparison as data (for --json and the table) ----------------------------------------
 
 
-def comparison(sides: Sequence[Side], metrics: Sequence[str] | None = None) -> dict[str, object]:
+def comparison(sides: Sequence[Side], metrics: Sequence[str] | None = None,
+               cis: Sequence[dict[str, tuple[float, float]] | None] | None = None) -> dict[str, object]:
+    """`compare --json`: per metric the values, deltas, relative deltas and, per non-baseline side, the
+    bootstrap CI of the change (`ci`, null where there is none) and whether it excludes 0 (`significant`)."""
     flats = [flatten(s.results.summary) for s in sides]
+    cis = list(cis) if cis is not None else [None] * (len(sides) - 1)
     keys = list(metrics) if metrics is not None else list(dict.fromkeys(k for f in flats for k in f))
     rows: dict[str, object] = {}
     for key in keys:
@@ -266,6 +324,8 @@ def comparison(sides: Sequence[Side], metrics: Sequence[str] | None = None) -> d
             "values": values,
             "delta": [p[0] for p in pairs],
             "relative": [_json_float(p[1]) for p in pairs],
+            "ci": [list(c[key]) if c and key in c else None for c in cis],
+            "significant": [significant(c[key]) if c and key in c else None for c in cis],
         }
     return {
         "baseline": sides[0].name,

@@ -1,9 +1,10 @@
 """`slogate report`: gather what one or more run (or sweep) directories hold and write one
-self-contained HTML file (replay.outputs.html renders it, replay.report_plots draws the plots;
-the data all three share is replay.report_model).
+self-contained HTML file plus `conclusions.json` beside it (replay.outputs.html renders it,
+replay.report_plots draws the plots, replay.report_conclusions writes the conclusions; the data
+they share is replay.report_model).
 
-Reads results.json, requests.jsonl.zst, metrics.jsonl and sweep.json; never fetches anything
-remote and never needs matplotlib (without it the report has every table and says how to get plots).
+Reads results.json, requests.jsonl.zst, metrics.jsonl, stability.json and sweep.json; never fetches
+anything remote and never needs matplotlib (without it the report has every table and says how to get plots).
 """
 
 from __future__ import annotations
@@ -17,11 +18,16 @@ import msgspec
 from slogate.replay import results as results_io
 from slogate.replay import sweep as sweep_io
 from slogate.replay.names import number_repeated_names
+from slogate.replay.report_conclusions import conclude
 from slogate.replay.report_model import ReportData, RunData, SweepData, flatten_sample
+from slogate.replay.significance import bootstrap_deltas
+from slogate.replay.stability import Stability
 from slogate.traces.segments import TraceError
 
 PLOTS_HINT = "plots need matplotlib: pip install slogate[report]"
 MAX_TIMELINES = 6  # timelines drawn (one figure per run); more runs are listed, not drawn
+MAX_CI_RUNS = 6  # bootstrap CIs vs the first run for reports of at most this many runs
+CI_RESAMPLES = 200
 
 
 class ReportError(ValueError):
@@ -49,7 +55,13 @@ def collect(paths: Sequence[str | Path], *, with_records: bool = True) -> Report
     if not runs:
         raise ReportError("nothing to report: give at least one run directory")
     number_repeated_names(runs)
-    return ReportData(title="slogate report: " + ", ".join(names), generated_unix=time.time(), runs=runs, sweeps=sweeps)
+    data = ReportData(title="slogate report: " + ", ".join(names), generated_unix=time.time(), runs=runs, sweeps=sweeps)
+    if 1 < len(runs) <= MAX_CI_RUNS:
+        base = runs[0].records
+        data.cis = [bootstrap_deltas(base, r.records, seed=0, resamples=CI_RESAMPLES) if base and r.records else None
+                    for r in runs[1:]]
+    data.conclusions = conclude(data)
+    return data
 
 
 def load_run(path: str | Path, *, name: str | None = None, with_records: bool = True) -> RunData:
@@ -64,6 +76,11 @@ def load_run(path: str | Path, *, name: str | None = None, with_records: bool = 
     if with_records:
         _read_records(run, directory / "requests.jsonl.zst")
     _read_scraped(run, directory / "metrics.jsonl")
+    if (directory / "stability.json").is_file():
+        try:
+            run.stability = msgspec.json.decode((directory / "stability.json").read_bytes(), type=Stability)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            run.notes.append(f"stability.json unreadable ({exc})")
     return run
 
 
@@ -134,8 +151,12 @@ def build_html(data: ReportData, *, plots: bool = True) -> str:
 
 
 def write_report(paths: Sequence[str | Path], out: str | Path, *, plots: bool = True) -> Path:
+    """report.html (or `out`) and its JSON twin `conclusions.json` in the same directory."""
     data = collect(paths)
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(build_html(data, plots=plots), encoding="utf-8")
+    twin = {"report": target.name, "title": data.title, "generated_unix": data.generated_unix,
+            "conclusions": [msgspec.to_builtins(c) for c in data.conclusions]}
+    (target.parent / "conclusions.json").write_bytes(msgspec.json.format(msgspec.json.encode(twin), indent=2) + b"\n")
     return target

@@ -9,6 +9,7 @@ import msgspec
 
 from slogate.replay import sweep as sweep_io
 from slogate.replay.results import Results
+from slogate.replay.stability import Stability
 from slogate.traces.record import RequestRecord
 
 
@@ -21,6 +22,7 @@ class RunData(msgspec.Struct):
     records: list[RequestRecord] = []  # from requests.jsonl.zst (empty when absent)
     scraped: list[dict[str, float]] = []  # from metrics.jsonl: {"t": seconds, metric: value, …}
     notes: list[str] = []  # what was missing or unreadable
+    stability: Stability | None = None  # from stability.json (replay --stability)
 
 
 class SweepData(msgspec.Struct):
@@ -31,6 +33,17 @@ class SweepData(msgspec.Struct):
     sweep: sweep_io.Sweep
 
 
+class Conclusion(msgspec.Struct):
+    """One statement the numbers support, with the figure it rests on (`conclusions.json`)."""
+
+    topic: str  # capacity, binding, cost, stability, trust
+    text: str
+    figure: str  # anchor id in report.html of the figure or table it rests on
+    level: str = "info"  # info | warn
+    run: str | None = None  # the run (or sweep) it is about
+    values: dict[str, float | str | None] = {}
+
+
 class ReportData(msgspec.Struct):
     """Everything one report shows."""
 
@@ -38,6 +51,14 @@ class ReportData(msgspec.Struct):
     generated_unix: float
     runs: list[RunData]
     sweeps: list[SweepData] = []
+    conclusions: list[Conclusion] = []
+    # per run after the first: bootstrap CI of each latency stat's change vs the first run (None: no records)
+    cis: list[dict[str, tuple[float, float]] | None] = []
+
+
+def anchor(kind: str, name: str) -> str:
+    """An HTML id for a run's (or sweep's) figure: `kind-` + the name with unsafe characters as '-'."""
+    return kind + "-" + "".join(c if c.isalnum() or c in "_." else "-" for c in name)
 
 
 def flatten_sample(obj: dict[str, object]) -> dict[str, float] | None:
@@ -57,3 +78,54 @@ def flatten_sample(obj: dict[str, object]) -> dict[str, float] | None:
         elif isinstance(value, int | float) and not isinstance(value, bool):
             out[key] = float(value)
     return out
+
+
+class LoadProfile(msgspec.Struct):
+    """The shape of the load a run offered (its measured records; warm-up already excluded)."""
+
+    requests: int = 0
+    span_s: float = 0.0
+    mean_rps: float | None = None
+    interarrival_cv: float | None = None  # 1 ≈ Poisson, > 1 bursty, < 1 smoother than random
+    peak_minute_rps: float | None = None  # busiest 60 s (the whole span when shorter)
+    peak_minute_start_s: float | None = None
+    arrivals_per_s: list[int] = []  # requests per 1 s bin from the first arrival
+    input_tokens: list[int] = []  # per request (for the histograms)
+    output_tokens: list[int] = []
+    input_p50: float | None = None
+    input_p99: float | None = None
+    output_p50: float | None = None
+    output_p99: float | None = None
+    prefix_reuse: float | None = None  # share of prompt blocks already seen earlier
+    sessions: int | None = None  # distinct session keys, when recorded
+
+
+def load_profile(records: list[RequestRecord]) -> LoadProfile:
+    """Arrival pattern, length distributions and prefix reuse, from `traces.stats` (the numbers
+    `slogate trace stats` prints) plus the per-second arrivals and the peak minute."""
+    from slogate.traces.stats import trace_stats
+
+    if not records:
+        return LoadProfile()
+    recs = sorted(records, key=lambda r: r.t)
+    st = trace_stats(recs)
+    t0 = recs[0].t
+    bins = [0] * (int(recs[-1].t - t0) + 1)
+    for r in recs:
+        bins[int(r.t - t0)] += 1
+    window = min(60, len(bins))
+    best, best_i, run_sum = -1, 0, 0
+    for i, c in enumerate(bins):
+        run_sum += c - (bins[i - window] if i >= window else 0)
+        if i >= window - 1 and run_sum > best:
+            best, best_i = run_sum, i - window + 1
+    span_of_peak = window if window == 60 else max(st.duration_s, 1e-9)
+    sessions = {r.session for r in recs if r.session}
+    return LoadProfile(
+        requests=st.requests, span_s=st.duration_s, mean_rps=st.mean_rps, interarrival_cv=st.interarrival_cv,
+        peak_minute_rps=best / span_of_peak if best >= 0 else None, peak_minute_start_s=float(best_i),
+        arrivals_per_s=bins, input_tokens=[r.input_tokens for r in recs if r.input_tokens is not None],
+        output_tokens=[r.output_tokens for r in recs if r.output_tokens is not None],
+        input_p50=st.input_tokens.p50, input_p99=st.input_tokens.p99, output_p50=st.output_tokens.p50,
+        output_p99=st.output_tokens.p99, prefix_reuse=st.prefix_reuse, sessions=len(sessions) or None,
+    )

@@ -43,9 +43,39 @@ def draw_all(data: ReportData, *, max_timelines: int) -> dict[str, str | None]:
     images: dict[str, str | None] = {"cdf": cdf(data.runs)}
     for run in data.runs[:max_timelines]:
         images[f"timeline:{run.name}"] = timeline(run)
+        images[f"load:{run.name}"] = load(run)
     for sw in data.sweeps:
         images[f"sweep:{sw.name}"] = sweep_curve(sw)
     return images
+
+
+def load(run: RunData) -> str | None:
+    """Arrivals per second over the run, and the prompt and output length histograms."""
+    from slogate.replay.report_model import load_profile
+
+    if not run.records:
+        return None
+    lp = load_profile(run.records)
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.0), gridspec_kw={"width_ratios": [2, 1, 1]})
+    axes[0].step(range(len(lp.arrivals_per_s)), lp.arrivals_per_s, where="post", linewidth=1.2)
+    if lp.mean_rps:
+        axes[0].axhline(lp.mean_rps, color="grey", linestyle=":", linewidth=1.0, label=f"mean {lp.mean_rps:.3g}/s")
+        axes[0].legend(fontsize=8, loc="upper right")
+    axes[0].set_xlabel("seconds since the first arrival")
+    axes[0].set_ylabel("arrivals per second")
+    cv = "–" if lp.interarrival_cv is None else f"{lp.interarrival_cv:.2f}"
+    axes[0].set_title(f"{run.name}: arrival rate (burstiness CV {cv})", fontsize=9)
+    for ax, vals, label in ((axes[1], lp.input_tokens, "input tokens"), (axes[2], lp.output_tokens, "output tokens")):
+        if vals:
+            ax.hist(vals, bins=min(40, max(5, len(set(vals)))), color="tab:blue" if "input" in label else "tab:orange")
+        else:
+            ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xlabel(label)
+        ax.set_title(f"{label} per request", fontsize=9)
+    axes[1].set_ylabel("requests")
+    fig.tight_layout()
+    return _png(fig)
 
 
 def cdf(runs: Sequence[RunData]) -> str | None:

@@ -45,6 +45,17 @@ class Environment(msgspec.Struct, omit_defaults=True):
     retries: int | None = None  # retries before any response byte (connect error, 429/502/503)
     workers: int | None = None  # sending processes
     shards: list[str] = []  # merged runs: the shard specs combined
+    # what the server (or, failing that, --label) says about the hardware and engine (additive):
+    gpu: str | None = None  # accelerator model
+    gpu_count: int | None = None  # GPUs serving one replica (TP × PP)
+    gpu_memory: str | None = None  # per GPU, e.g. "80 GiB"
+    driver: str | None = None
+    cuda: str | None = None
+    framework: str | None = None  # vllm, sglang, llama.cpp, slogate-sim
+    framework_version: str | None = None
+    precision: str | None = None  # weight dtype
+    engine: dict[str, str] = {}  # engine flags: max_num_seqs, max_num_batched_tokens, tp, prefix_caching, …
+    recorded_by: dict[str, str] = {}  # field -> where its value came from ("server /props", "label", …)
 
 
 class Results(msgspec.Struct, omit_defaults=False):

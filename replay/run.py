@@ -25,7 +25,7 @@ from slogate.replay.forcing import Forcing, choose
 from slogate.replay.interrupt import Interrupt, Interrupted
 from slogate.replay.prompts import WORDS, PromptPlan, calibrate
 from slogate.replay.results import Environment, Results
-from slogate.replay.target import Probe, parse_target, probe, start_sim
+from slogate.replay.target import Probe, apply_probe, parse_target, probe, start_sim
 from slogate.replay.tokenizers import FileTokenizer, UsageCounter, probe_server_tokenizer
 from slogate.replay.worker import Item, WorkerSpec, run_share
 from slogate.replay.workload import Workload, mean_rate, split_for_workers
@@ -295,7 +295,7 @@ class _ChatFallback:
 
 def _environment(options: ReplayOptions, workload: Workload, info: Probe, forcing: Forcing, tokenizer: str,
                  start_wall: float, *, workers: int) -> Environment:
-    return Environment(
+    return apply_probe(Environment(
         target=options.target, models=info.models, server_version=info.server_version, labels=dict(options.labels),
         trace=options.trace, trace_digest=options.trace_digest, seed=options.seed, command=finish.redact(options.command),
         slogate_version=__version__, start_unix=start_wall, endpoint=endpoint_path(options.endpoint),
@@ -303,7 +303,7 @@ def _environment(options: ReplayOptions, workload: Workload, info: Probe, forcin
         slo={s.name: s.spec() for s in options.slos}, shard=options.shard, server_kind=info.kind,
         workload=[workload.source, *workload.description], request_timeout_s=options.timeout_s,
         retries=options.retries, workers=workers,
-    )
+    ), info, options.target)
 
 
 def _output(items: list[Item], workload: Workload, options: ReplayOptions, env: Environment, *, cpu: float,

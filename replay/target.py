@@ -1,7 +1,8 @@
 """The target of a replay: an HTTP URL, or `sim:GPU/MODEL[?opts]` (a simulated engine we start).
 
 Parses `--target`, starts the sim in a child process on a free port when asked, and probes the
-server (`/v1/models`, `/version`, server kind) for the results' environment. Never sends load.
+server (`/v1/models`, `/version`, llama.cpp `/props`, vLLM `*_info` metrics, server kind) for the
+results' environment. Never sends load.
 """
 
 from __future__ import annotations
@@ -33,6 +34,15 @@ class Probe(msgspec.Struct):
     models: list[str] = []
     server_version: str | None = None
     kind: str = "unknown"  # vllm, sglang, llamacpp, slogate-sim, unknown
+    env: dict[str, str] = {}  # Environment field (or "engine.FLAG") -> value, as the server states it
+    env_source: dict[str, str] = {}  # the same keys -> which endpoint said it
+
+
+ENV_FIELDS = ("gpu", "gpu_count", "gpu_memory", "driver", "cuda", "framework", "framework_version", "precision")
+# vLLM `*_info` gauge labels worth keeping as engine flags (the rest are noise for a reader)
+_VLLM_FLAGS = {"block_size", "cache_dtype", "enable_prefix_caching", "gpu_memory_utilization", "num_gpu_blocks",
+               "max_num_seqs", "max_num_batched_tokens", "max_model_len", "tensor_parallel_size", "dtype",
+               "pipeline_parallel_size", "quantization", "kv_cache_dtype", "enable_chunked_prefill"}
 
 
 def parse_target(spec: str) -> TargetSpec:
@@ -174,7 +184,138 @@ async def probe(session: aiohttp.ClientSession, url: str, headers: dict[str, str
         v = version_body.get("version")
         out.server_version = str(v) if v is not None else msgspec.json.encode(version_body).decode()
     out.kind = _kind(owners, version_body, server_header)
+    if out.server_version and out.kind in ("vllm", "sglang", "slogate-sim"):
+        _put(out, "framework", "vllm" if out.kind == "vllm" else out.kind, "/version")
+        _put(out, "framework_version", out.server_version, "/version")
+    if out.kind in ("llamacpp", "unknown"):
+        props = await _get_json(session, url + "/props", headers)
+        if isinstance(props, dict):
+            out.kind = "llamacpp"
+            _llamacpp_props(out, props)
+    if out.kind in ("vllm", "unknown", "slogate-sim"):
+        text = await _get_text(session, url + "/metrics", headers)
+        if text:
+            _vllm_info(out, text)
     return out
+
+
+def _put(out: Probe, key: str, value: object, source: str) -> None:
+    if value is None or value == "":
+        return
+    out.env[key] = str(value)
+    out.env_source[key] = source
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> object:
+    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=5)) as resp:
+            if resp.status == 200:
+                return await resp.json(content_type=None)
+    return None
+
+
+async def _get_text(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> str | None:
+    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ValueError, UnicodeDecodeError):
+        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=5)) as resp:
+            if resp.status == 200:
+                return await resp.text()
+    return None
+
+
+def _llamacpp_props(out: Probe, props: dict[str, object]) -> None:
+    """llama.cpp `/props`: build, slots (its max_num_seqs), context size, model file."""
+    src = "/props"
+    _put(out, "framework", "llama.cpp", src)
+    _put(out, "framework_version", props.get("build_info"), src)
+    _put(out, "engine.max_num_seqs", props.get("total_slots"), src)
+    settings = props.get("default_generation_settings")
+    if isinstance(settings, dict):
+        _put(out, "engine.n_ctx", settings.get("n_ctx"), src)
+    path = props.get("model_path")
+    if isinstance(path, str) and path:
+        _put(out, "engine.model_file", path.replace("\\", "/").rsplit("/", 1)[-1], src)
+
+
+def _vllm_info(out: Probe, text: str) -> None:
+    """vLLM's `*_info` gauges (`vllm:cache_config_info{block_size="16",…} 1`): their labels are config."""
+    for line in text.splitlines():
+        if line.startswith("#") or "_info{" not in line:
+            continue
+        name, _, rest = line.partition("{")
+        labels = rest.rpartition("}")[0]
+        for part in _split_labels(labels):
+            k, _, v = part.partition("=")
+            k, v = k.strip(), v.strip().strip('"')
+            if k in _VLLM_FLAGS and v:
+                _put(out, f"engine.{k}", v, f"/metrics {name.strip()}")
+    if "engine.dtype" in out.env:
+        _put(out, "precision", out.env["engine.dtype"], out.env_source["engine.dtype"])
+    if "engine.tensor_parallel_size" in out.env:
+        _put(out, "gpu_count", out.env["engine.tensor_parallel_size"], out.env_source["engine.tensor_parallel_size"])
+
+
+def _split_labels(labels: str) -> list[str]:
+    parts, cur, quoted = [], "", False
+    for ch in labels:
+        if ch == '"':
+            quoted = not quoted
+        if ch == "," and not quoted:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur:
+        parts.append(cur)
+    return parts
+
+
+def sim_env(opts: dict[str, str]) -> Probe:
+    """What a simulated target states about itself: its GPU, precision and engine flags (from the sim's
+    own resolved config, the same one it runs)."""
+    from slogate.replay.sim.config import build
+    from slogate.replay.sim.server import SIM_VERSION
+
+    spec = build(sim_config(opts))
+    out = Probe(models=[spec.served_model], server_version=SIM_VERSION, kind="slogate-sim")
+    src = "sim config"
+    c = spec.config
+    for key, value in (("gpu", spec.gpu.name), ("gpu_count", c.tp), ("gpu_memory", f"{spec.gpu.memory_gib:g} GiB"),
+                       ("framework", "slogate-sim"), ("framework_version", SIM_VERSION), ("precision", c.dtype),
+                       ("engine.max_num_seqs", spec.max_num_seqs),
+                       ("engine.max_num_batched_tokens", spec.max_num_batched_tokens),
+                       ("engine.max_model_len", spec.max_model_len), ("engine.tp", c.tp),
+                       ("engine.kv_dtype", c.kv_dtype), ("engine.kv_blocks", spec.kv_blocks),
+                       ("engine.prefix_caching", c.prefix_caching), ("engine.scheduler", c.scheduler),
+                       ("engine.timing", c.timing)):
+        _put(out, key, value, src)
+    return out
+
+
+def apply_probe(env, info: Probe, target: str = ""):  # type: ignore[no-untyped-def]
+    """Fill the Environment's hardware/engine fields: what the server stated first, then the sim's own
+    config for a `sim:` target, then `--label` (gpu=H100, framework=vllm, driver=…); the rest stay None."""
+    sources = [info]
+    spec = parse_target(target) if target.startswith("sim:") else None
+    if spec is not None and spec.sim is not None:
+        with contextlib.suppress(UsageError, SystemExit):
+            sources.append(sim_env(spec.sim))
+    label_probe = Probe()
+    for key, value in env.labels.items():
+        k = key if key in ENV_FIELDS else f"engine.{key}" if key in _VLLM_FLAGS or key in ("tp", "prefix_caching") else None
+        if k:
+            _put(label_probe, k, value, "label")
+    sources.append(label_probe)
+    for src in sources:
+        for key, value in src.env.items():
+            if key.startswith("engine."):
+                flag = key.removeprefix("engine.")
+                if flag not in env.engine:
+                    env.engine = {**env.engine, flag: value}
+                    env.recorded_by = {**env.recorded_by, key: src.env_source[key]}
+            elif getattr(env, key, None) is None:
+                setattr(env, key, int(value) if key == "gpu_count" and value.isdigit() else value)
+                env.recorded_by = {**env.recorded_by, key: src.env_source[key]}
+    return env
 
 
 def _kind(owners: set[str], version_body: object, server_header: str) -> str:

@@ -1,5 +1,6 @@
-"""`slogate compare A B [C …]`: side-by-side summary metrics with deltas vs the first side, and
-`--fail-if` bounds for CI (exit 1 when one is broken). Rich table on a TTY, plain text otherwise.
+"""`slogate compare A B [C …]`: side-by-side summary metrics with deltas vs the first side (latency
+deltas with a seeded bootstrap CI; `*` marks a change beyond it), and `--fail-if` bounds for CI
+(exit 1 when one is broken). Rich table on a TTY, plain text otherwise.
 
 Only parses arguments and prints; the comparison itself lives in replay.compare. Never writes files.
 """
@@ -24,6 +25,7 @@ from slogate.replay.compare import (
     comparison,
     deltas,
     flatten,
+    intervals,
     load_side,
     parse_bound,
     slos_of,
@@ -52,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slo", action="append", default=[], metavar="SPEC",
                    help="SLO for trace sides, e.g. 'ttft=0.5,tpot=50ms' (default: the first run's SLO, else the trace header's)")
     p.add_argument("--all", action="store_true", help="show every percentile (p95, p99.9, count) in the table")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0: the same inputs give the same CIs)")
+    p.add_argument("--resamples", type=int, default=400, help="bootstrap resamples per side (default 400)")
     return p
 
 
@@ -65,16 +69,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         bounds = [parse_bound(text, known) for text in args.fail_if]
     except CompareError as exc:
         raise UsageError(str(exc)) from None
-    violations = check(bounds, sides)
+    if args.resamples < 10:
+        raise UsageError(f"bad --resamples {args.resamples}: use at least 10 (default 400)")
+    cis = intervals(sides, seed=args.seed, resamples=args.resamples)
+    violations = check(bounds, sides, cis)
     flats = [flatten(s.results.summary) for s in sides]
     rows = known if args.all else table_metrics(flats)
     if args.json:
-        data = comparison(sides, rows)
+        data = comparison(sides, rows, cis)
         data["checks"] = {"bounds": [b.text for b in bounds], "violations": [msgspec.to_builtins(v) for v in violations],
                           "passed": not violations}
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(data), indent=2).decode() + "\n")
     else:
-        render(sides, rows)
+        render(sides, rows, cis=cis)
         print_checks(bounds, violations)
     return 1 if violations else 0
 
@@ -134,40 +141,48 @@ def fmt_rel(x: float | None) -> str:
     return f"{x * 100:+.1f}%"
 
 
-def _cells(sides: Sequence[Side], metric: str) -> list[tuple[str, str, str, float | None]]:
-    """Per side: (value, Δ, Δ%, relative) strings; the baseline has no deltas."""
+CIs = Sequence[dict[str, tuple[float, float]] | None]
+
+
+def _cells(sides: Sequence[Side], metric: str, cis: CIs | None = None) -> list[tuple[str, str, str, float | None]]:
+    """Per side: (value, Δ, Δ%, relative) strings; the baseline has no deltas. A Δ% with a bootstrap CI
+    ends in `*` when the change is significant, `~` when it is within the noise."""
     values = [flatten(s.results.summary).get(metric) for s in sides]
     out = [(fmt_value(values[0]), "", "", None)]
-    for v in values[1:]:
+    for i, v in enumerate(values[1:]):
         absolute, relative = deltas(values[0], v)
-        out.append((fmt_value(v), fmt_delta(absolute), fmt_rel(relative), relative))
+        rel = fmt_rel(relative)
+        ci = (cis[i] or {}).get(metric) if cis else None
+        if ci is not None and relative is not None:
+            rel += "*" if ci[0] > 0 or ci[1] < 0 else "~"
+        out.append((fmt_value(v), fmt_delta(absolute), rel, relative))
     return out
 
 
-def render(sides: Sequence[Side], rows: Sequence[str], *, force_plain: bool = False) -> None:
+def render(sides: Sequence[Side], rows: Sequence[str], *, force_plain: bool = False, cis: CIs | None = None) -> None:
     """The side-by-side table: rich on a terminal wide enough for it (and rich installed), else plain."""
-    lines = _plain_lines(sides, rows)
+    lines = _plain_lines(sides, rows, cis)
     if not force_plain and sys.stdout.isatty():
         try:
             from rich.console import Console
 
             console = Console()
             if max(len(line) for line in lines) + 3 * len(lines[0].split("  ")) <= console.width:
-                _render_rich(console, sides, rows)
+                _render_rich(console, sides, rows, cis)
                 return
         except ImportError:
             pass
     print("\n".join(lines))
-    _print_sources(sides)
+    _print_sources(sides, cis)
 
 
-def _plain_lines(sides: Sequence[Side], rows: Sequence[str]) -> list[str]:
+def _plain_lines(sides: Sequence[Side], rows: Sequence[str], cis: CIs | None = None) -> list[str]:
     header = ["metric", f"{sides[0].name} (baseline)"]
     for s in sides[1:]:
         header += [s.name, "Δ", "Δ%"]
     table = [header]
     for metric in rows:
-        cells = _cells(sides, metric)
+        cells = _cells(sides, metric, cis)
         line = [metric, cells[0][0]]
         for value, d, r, _ in cells[1:]:
             line += [value, d, r]
@@ -181,7 +196,7 @@ def _plain_lines(sides: Sequence[Side], rows: Sequence[str]) -> list[str]:
     return out
 
 
-def _render_rich(console, sides: Sequence[Side], rows: Sequence[str]) -> None:  # type: ignore[no-untyped-def]
+def _render_rich(console, sides: Sequence[Side], rows: Sequence[str], cis: CIs | None = None) -> None:  # type: ignore[no-untyped-def]
     from rich.table import Table
 
     table = Table(title="slogate compare (deltas vs the first column)", header_style="bold")
@@ -192,7 +207,7 @@ def _render_rich(console, sides: Sequence[Side], rows: Sequence[str]) -> None:  
         table.add_column("Δ", justify="right")
         table.add_column("Δ%", justify="right")
     for metric in rows:
-        cells = _cells(sides, metric)
+        cells = _cells(sides, metric, cis)
         row = [metric, cells[0][0]]
         for value, d, r, rel in cells[1:]:
             style = ""
@@ -202,10 +217,12 @@ def _render_rich(console, sides: Sequence[Side], rows: Sequence[str]) -> None:  
             row += [value, f"[{style}]{d}[/]" if style else d, f"[{style}]{r}[/]" if style else r]
         table.add_row(*row)
     console.print(table)
-    _print_sources(sides)
+    _print_sources(sides, cis)
 
 
-def _print_sources(sides: Sequence[Side]) -> None:
+def _print_sources(sides: Sequence[Side], cis: CIs | None = None) -> None:
+    if cis and any(c for c in cis):
+        print("  Δ% * = beyond the 95% bootstrap CI of the change (significant), ~ = within it (noise)")
     for s in sides:
         extra = " (captured trace, summarized over its span)" if s.kind == "trace" else ""
         degraded = f"  DEGRADED: {'; '.join(s.results.summary.degraded_reasons)}" if s.results.summary.degraded else ""

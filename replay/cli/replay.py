@@ -94,6 +94,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--cost-per-hour", type=float, help="USD/hour of the whole setup → cost per 1M tokens and per 1k requests")
     s.add_argument("--label", action="append", default=[], help="K=V environment label (repeatable): gpu=H100")
     s.add_argument("--scrape-metrics", nargs="?", const="1", help="sample the target's /metrics every N s (default 1) into DIR/metrics.jsonl")
+    s.add_argument("--stability", metavar="WINDOW", help="long-run stability: per-WINDOW (1m, 30s) throughput, goodput, "
+                   "p99 TTFT and errors, their CV and trend per hour → DIR/stability.json and a verdict line")
+    s.add_argument("--stability-cv", type=float, default=0.05, help="largest throughput/goodput CV (and change over "
+                   "the run) the --stability verdict calls stable (default 0.05)")
     s.add_argument("--no-chunk-times", action="store_true", help="do not store every chunk time (smaller requests file)")
     s.add_argument("--drain-timeout", default="5s", help="on Ctrl-C/SIGTERM: how long requests in flight may finish "
                    "before they are cancelled (default 5s; a second Ctrl-C cancels at once)")
@@ -169,8 +173,30 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ns = parser().parse_args(argv)
     workload, options = plan(ns, command=["slogate", "replay", *argv])
-    run_and_write(workload, options, console=not ns.quiet)
+    window = _stability_window(ns)
+    result = run_and_write(workload, options, console=not ns.quiet)
+    if window is not None:
+        from slogate.replay.results import write_json
+        from slogate.replay.stability import stability
+
+        st = stability(result.records, window, slos=options.slos, cv_threshold=ns.stability_cv)
+        assert options.out_dir is not None
+        write_json(st, Path(options.out_dir) / "stability.json")
+        print(f"stability: {st.verdict}")
     return 0
+
+
+def _stability_window(ns: argparse.Namespace) -> float | None:
+    if not ns.stability:
+        return None
+    from slogate.replay.stability import parse_window
+
+    if not 0 < ns.stability_cv < 1:
+        raise UsageError(f"bad --stability-cv {ns.stability_cv}: expected a fraction like 0.05")
+    try:
+        return parse_window(ns.stability)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def plan(ns: argparse.Namespace, *, command: list[str]) -> tuple[wl.Workload, ReplayOptions]:

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 from slogate.replay.compare import better_direction, deltas, flatten, table_metrics
 
 if TYPE_CHECKING:
-    from slogate.replay.report_model import ReportData, SweepData
+    from slogate.replay.report_model import ReportData, RunData, SweepData
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1240px;
 color:#1d2430;padding:0 16px;line-height:1.4}
-h1{font-size:1.5em;margin-bottom:4px}h2{font-size:1.2em;border-bottom:2px solid #d0d7e2;padding-bottom:3px;margin-top:32px}
+h1{font-size:1.5em;margin-bottom:4px}h2{font-size:1.25em;border-bottom:2px solid #d0d7e2;padding-bottom:3px;margin-top:32px}
 h3{font-size:1.02em;margin:18px 0 6px}
 .how{color:#555;font-size:.9em;margin:2px 0 10px;font-style:italic}
 .meta{color:#666;font-size:.88em}
@@ -29,32 +29,63 @@ th,td{border:1px solid #d9dee7;padding:3px 8px;text-align:right;vertical-align:t
 th{background:#eef2f7}td.k,th.k{text-align:left;font-family:ui-monospace,Menlo,Consolas,monospace}
 #environment td{text-align:left;max-width:340px;overflow-wrap:anywhere}.wrap{overflow-x:auto;max-width:100%}
 tr:nth-child(even) td{background:#fafbfd}
-.d{color:#888;font-size:.85em;margin-left:4px}.up{color:#1a7f37}.down{color:#c62828}
+.d{color:#888;font-size:.85em;margin-left:4px}.up{color:#1a7f37}.down{color:#c62828}.sig{font-weight:bold}
+.nr{color:#a0a6b0;font-style:italic}.src{color:#8a93a0;font-size:.8em;margin-left:4px}
 .warn{background:#fff4e5;border-left:4px solid #f0a020;padding:6px 10px;margin:8px 0}
 .note{background:#eef5ff;border-left:4px solid #4a80d0;padding:6px 10px;margin:8px 0}
+ul.concl{padding-left:0;list-style:none}ul.concl li{margin:6px 0;padding:6px 10px;border-left:4px solid #4a80d0;background:#f5f8fd}
+ul.concl li.warn{border-left-color:#f0a020;background:#fff8ee}.topic{font-weight:600;text-transform:uppercase;font-size:.78em;
+color:#556;margin-right:6px}
+details{margin:8px 0}summary{cursor:pointer;color:#2a5db0}
 img{max-width:100%;height:auto;border:1px solid #e3e7ee;margin:4px 0}
 nav a{margin-right:14px}
+@media (max-width:700px){body{margin:8px auto;padding:0 8px;font-size:15px}table{font-size:.78em}
+th,td{padding:2px 4px}h1{font-size:1.2em}nav a{display:inline-block;margin:2px 10px 2px 0}}
+@media print{nav,.how{display:none}body{max-width:none;margin:0;color:#000}section{break-inside:auto}
+img,table,li{break-inside:avoid}a{color:#000;text-decoration:none}h2{break-after:avoid}details>summary{display:none}}
 """
 
-ENV_FIELDS = (
-    ("target", "target"), ("server_kind", "server kind"), ("models", "models (/v1/models)"),
-    ("server_version", "server version"), ("clock", "clock"), ("workload", "workload"),
-    ("labels", "labels"), ("trace", "trace"), ("trace_digest", "trace digest"), ("seed", "seed"),
-    ("endpoint", "endpoint"), ("stream", "stream"), ("output_forcing", "output length forcing"),
-    ("tokenizer", "tokenizer"), ("slo", "SLO"), ("shard", "shard"), ("slogate_version", "slogate version"),
-    ("workers", "sending processes"), ("start_unix", "started (UTC)"), ("command", "command line"),
-)
 SECTIONS = (
-    ("environment", "Environment", "Where and how each run happened: compare these before comparing numbers."),
-    ("summary", "Summary", "One column per run; latencies in ms; the small figure after a value is its change vs "
-     "the first run (green better, red worse). Goodput counts only requests that met the SLO."),
-    ("cdf", "Latency distributions (CDF)", "Fraction of successful requests at or below each latency: further left "
-     "is faster; the p99 is where a line crosses the dotted 0.99 level (log x axis)."),
-    ("timeline", "Timeline", "Per run over time: requests sent and completed per second, requests in flight, and "
-     "TTFT/E2E p50 and p99 per time bin. Rising in-flight with flat completions means the target is saturated."),
-    ("sweep", "Sweep: throughput–latency curve", "Each point is one run at a higher load; the curve bends up at the "
-     "knee (★), after which extra load buys latency, not throughput. The red line is the SLO bound."),
+    ("environment", "Environment", "Where and how each run happened, so the setup can be rebuilt: hardware, engine, "
+     "model, client settings. The small grey text says who stated a value (the server, the sim's config or a "
+     "--label); \u201cnot recorded\u201d means nobody did. Compare these before comparing numbers."),
+    ("load", "Load", "What was offered to the server: arrivals over time (burstiness CV 1 \u2248 Poisson, > 1 bursty), "
+     "the busiest minute, prompt and output length distributions and prefix reuse. Warm-up requests are excluded "
+     "everywhere; the workload line says how the trace was transformed."),
+    ("metrics", "Metrics", "Throughput beside goodput (only requests that met the SLO), latency percentiles in ms "
+     "(after the first run: change vs it; bold * = beyond the 95 % bootstrap CI of the change, ~ = within run-to-run "
+     "noise), failures by class, the throughput\u2013latency curve and the server's own telemetry. Every other field "
+     "is folded under \u201call summary metrics\u201d."),
+    ("conclusions", "Conclusions", "Written by rules from the numbers above (capacity with headroom, what binds, "
+     "cost, stability, trust); each links to the figure it rests on. conclusions.json beside this file holds the same."),
 )
+ENV_ROWS = (  # (label, getter name) in reading order; "engine.X" reads env.engine[X]
+    ("hardware", (("GPU", "gpu"), ("GPU count", "gpu_count"), ("GPU memory", "gpu_memory"), ("driver", "driver"),
+                  ("CUDA", "cuda"))),
+    ("engine", (("framework", "framework"), ("framework version", "framework_version"), ("server kind", "server_kind"),
+                ("model", "models"), ("precision", "precision"), ("max_num_seqs", "engine.max_num_seqs"),
+                ("token budget (max_num_batched_tokens)", "engine.max_num_batched_tokens"),
+                ("tensor parallel", "engine.tp"), ("prefix caching", "engine.prefix_caching"),
+                ("other engine flags", "engine.*"))),
+    ("client", (("slogate version", "slogate_version"), ("target", "target"), ("endpoint", "endpoint"),
+                ("stream", "stream"), ("request timeout (s)", "request_timeout_s"), ("retries", "retries"),
+                ("warm-up", "warmup"), ("seed", "seed"), ("sending processes", "workers"),
+                ("output length forcing", "output_forcing"), ("tokenizer", "tokenizer"), ("SLO", "slo"),
+                ("clock", "clock"), ("labels", "labels"))),
+)
+ENGINE_ALIASES = {"tp": ("tp", "tensor_parallel_size"), "prefix_caching": ("prefix_caching", "enable_prefix_caching"),
+                  "max_num_seqs": ("max_num_seqs",), "max_num_batched_tokens": ("max_num_batched_tokens",)}
+ENV_FIELDS = (  # folded: the rest of the environment
+    ("trace", "trace"), ("trace_digest", "trace digest"), ("workload", "workload"), ("shard", "shard"),
+    ("start_unix", "started (UTC)"), ("command", "command line"),
+)
+NOT_RECORDED = '<span class="nr">not recorded</span>'
+HEADLINE = (("requests", "requests"), ("failed", "failed"), ("request_rate_rps", "req/s"),
+            ("goodput_rps", "goodput req/s"), ("output_tokens_per_s", "output tok/s"),
+            ("goodput_tokens_per_s", "goodput tok/s"), ("total_tokens_per_s", "total tok/s"),
+            ("samples_per_s", "samples/s"), ("slo_attainment", "SLO attainment"))
+LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"))
+LAT_STATS = ("p50", "p90", "p99", "p99_9")
 
 
 def esc(x: object) -> str:
@@ -64,14 +95,11 @@ def esc(x: object) -> str:
 def render(data: ReportData, images: dict[str, str | None], *, plots_note: str | None = None) -> str:
     body = [f"<h1>{esc(data.title)}</h1>",
             f'<p class="meta">generated {esc(_utc(data.generated_unix))} by slogate · {len(data.runs)} run(s)</p>',
-            "<nav>" + "".join(f'<a href="#{sid}">{esc(title.split(":")[0])}</a>' for sid, title, _ in SECTIONS) + "</nav>"]
+            "<nav>" + "".join(f'<a href="#{sid}">{esc(title)}</a>' for sid, title, _ in SECTIONS) + "</nav>"]
     if plots_note:
         body.append(f'<p class="note" id="plots-note">{esc(plots_note)}</p>')
-    builders = {"environment": _environment, "summary": _summary, "cdf": _cdf, "timeline": _timeline, "sweep": _sweep}
-    order = list(SECTIONS)
-    if data.sweeps:  # a sweep's curve is its headline: right after the summary
-        order.insert(2, order.pop(-1))
-    for sid, title, how in order:
+    builders = {"environment": _environment, "load": _load, "metrics": _metrics, "conclusions": _conclusions}
+    for sid, title, how in SECTIONS:
         inner = builders[sid](data, images, plots_note)
         body.append(f'<section id="{sid}"><h2>{esc(title)}</h2><p class="how">How to read this: {esc(how)}</p>{inner}</section>')
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -106,14 +134,155 @@ def _env_value(key: str, value: object) -> str:
     return esc(value)
 
 
+def _env_cell(run: RunData, key: str) -> str:
+    env = run.results.environment
+    by = env.recorded_by
+    if key == "engine.*":
+        shown = {a for names in ENGINE_ALIASES.values() for a in names}
+        rest = {k: v for k, v in env.engine.items() if k not in shown}
+        return esc(", ".join(f"{k}={v}" for k, v in rest.items())) if rest else NOT_RECORDED
+    if key.startswith("engine."):
+        flag = key.removeprefix("engine.")
+        for alias in ENGINE_ALIASES.get(flag, (flag,)):
+            if alias in env.engine:
+                src = by.get(f"engine.{alias}")
+                return esc(env.engine[alias]) + (f'<span class="src">{esc(src)}</span>' if src else "")
+        return NOT_RECORDED
+    if key == "warmup":
+        n = run.results.summary.warmup_requests
+        spec = next((w for w in env.workload if w.startswith("warmup=")), None)
+        return esc(f"{n} requests excluded" + (f" ({spec})" if spec else "")) if n or spec else "none"
+    value = getattr(env, key, None)
+    if value is None or value == [] or value == {} or value == "":
+        return NOT_RECORDED
+    src = by.get(key) or {"models": "/v1/models", "server_kind": "probe"}.get(key)
+    return _env_value(key, value) + (f'<span class="src">{esc(src)}</span>' if src else "")
+
+
 def _environment(data: ReportData, images: dict[str, str | None], note: str | None) -> str:
-    rows = []
+    header = ["field"] + [esc(r.name) for r in data.runs]
+    parts = []
+    for group, rows in ENV_ROWS:
+        body = [[esc(label)] + [_env_cell(r, key) for r in data.runs] for label, key in rows]
+        parts.append(f"<h3>{esc(group)}</h3>" + _table(header, body))
+    rest = []
     for key, label in ENV_FIELDS:
         values = [getattr(r.results.environment, key, None) for r in data.runs]
-        if all(v in (None, "", [], {}, 0.0) for v in values) and key not in ("target", "labels"):
-            continue
-        rows.append([esc(label)] + [_env_value(key, v) for v in values])
-    return _table(["field"] + [esc(r.name) for r in data.runs], rows)
+        rest.append([esc(label)] + [_env_value(key, v) for v in values])
+    parts.append("<details><summary>trace, workload and command line</summary>" + _table(header, rest) + "</details>")
+    return "".join(parts)
+
+
+def _load(data: ReportData, images: dict[str, str | None], note: str | None) -> str:
+    from slogate.replay.report_model import anchor, load_profile
+
+    header = ["run", "requests", "span (s)", "mean req/s", "burstiness CV", "peak minute req/s", "input tokens p50/p99",
+              "output tokens p50/p99", "prefix reuse", "sessions", "warm-up excluded"]
+    rows, figs = [], []
+    for r in data.runs:
+        lp = load_profile(r.records) if r.records else None
+        s = r.results.summary
+        if lp is None:
+            rows.append([esc(r.name)] + ["–"] * 9 + [str(s.warmup_requests)])
+        else:
+            peak = "–" if lp.peak_minute_rps is None else f"{lp.peak_minute_rps:.3g} (from {lp.peak_minute_start_s:g} s)"
+            rows.append([esc(r.name), str(lp.requests), f"{lp.span_s:.4g}", fmt("", lp.mean_rps),
+                         "–" if lp.interarrival_cv is None else f"{lp.interarrival_cv:.2f}", esc(peak), f"{fmt('', lp.input_p50)} / {fmt('', lp.input_p99)}",
+                         f"{fmt('', lp.output_p50)} / {fmt('', lp.output_p99)}",
+                         "–" if lp.prefix_reuse is None else f"{lp.prefix_reuse:.1%}",
+                         "–" if lp.sessions is None else str(lp.sessions), str(s.warmup_requests)])
+        key = f"load:{r.name}"
+        wl = " → ".join(r.results.environment.workload) or "not recorded"
+        if key in images or note:
+            figs.append(f'<div id="{anchor("load", r.name)}"><h3>{esc(r.name)}</h3><p class="meta">workload: {esc(wl)}</p>'
+                        + _image(images.get(key), f"arrivals and length histograms of {r.name}", note) + "</div>")
+        else:
+            figs.append(f'<div id="{anchor("load", r.name)}"><p class="meta">{esc(r.name)} workload: {esc(wl)}</p></div>')
+    return _table(header, rows) + "".join(figs)
+
+
+def _lat_cell(data: ReportData, i: int, metric: str) -> str:
+    flat0 = flatten(data.runs[0].results.summary)
+    value = flatten(data.runs[i].results.summary).get(metric)
+    cell = esc(fmt(metric, value))
+    if i == 0:
+        return cell
+    _, rel = deltas(flat0.get(metric), value)
+    if rel is None or math.isinf(rel):
+        return cell
+    ci = (data.cis[i - 1] or {}).get(metric) if len(data.cis) >= i else None
+    mark, cls = "", ""
+    if ci is not None:
+        sig = ci[0] > 0 or ci[1] < 0
+        mark = "*" if sig else "~"
+        if sig:
+            cls = "sig " + ("up" if rel < 0 else "down")
+    title = f' title="95% CI of the change: {ci[0] * 1e3:+.3g}…{ci[1] * 1e3:+.3g} ms"' if ci is not None else ""
+    return cell + f'<span class="d {cls}"{title}>{rel * 100:+.1f}%{mark}</span>'
+
+
+def _metrics(data: ReportData, images: dict[str, str | None], note: str | None) -> str:
+    from slogate.replay.report_model import anchor
+
+    parts = []
+    warn = "".join(f'<p class="warn">{esc(r.name)} is DEGRADED: {esc("; ".join(r.results.summary.degraded_reasons))}</p>'
+                   for r in data.runs if r.results.summary.degraded)
+    head = ["run"] + [label for _, label in HEADLINE]
+    rows = []
+    for r in data.runs:
+        f = flatten(r.results.summary)
+        rows.append([esc(r.name)] + ["–" if f.get(k) is None else
+                                     (f"{f[k]:.1%}" if k == "slo_attainment" else esc(fmt(k, f.get(k)))) for k, _ in HEADLINE])
+    parts.append(f'<div id="throughput"><h3>Throughput and goodput</h3>{warn}' + _table(head, rows) + "</div>")
+    lhead = ["run"] + [f"{label} {q.replace('_', '.')} (ms)" for _, label in LATENCIES for q in LAT_STATS]
+    lrows = [[esc(r.name)] + [_lat_cell(data, i, f"{m}.{q}") for m, _ in LATENCIES for q in LAT_STATS]
+             for i, r in enumerate(data.runs)]
+    parts.append('<div id="latency"><h3>Latency percentiles</h3>' + _table(lhead, lrows) + "</div>")
+    classes = sorted({c for r in data.runs for c in r.results.summary.failed_by_class})
+    ehead = ["run", "failed"] + [esc(c) for c in classes]
+    erows = [[f'<span id="{anchor("errors", r.name)}">{esc(r.name)}</span>', str(r.results.summary.failed)]
+             + [str(r.results.summary.failed_by_class.get(c, 0)) for c in classes] for r in data.runs]
+    parts.append('<div id="errors"><h3>Errors by class</h3>' + _table(ehead, erows) + "</div>")
+    parts.append('<div id="cdf"><h3>Latency distributions (CDF)</h3><p class="meta">fraction of successful requests '
+                 "at or below each latency: further left is faster; the p99 is where a line crosses the dotted 0.99 "
+                 "level (log x axis)</p>" + _image(images.get("cdf"), "TTFT, TPOT and E2E CDFs", note) + "</div>")
+    parts.append('<div id="sweep"><h3>Throughput–latency curve</h3>' + _sweep(data, images, note) + "</div>")
+    parts.append('<div id="telemetry"><h3>Timeline and server telemetry</h3><p class="meta">per run over time: '
+                 "requests sent and completed per second, in flight, TTFT/E2E p50 and p99 per bin and, when scraped, "
+                 "the server's queue, running requests, KV-cache usage, preemptions and prefix hits. Rising in-flight "
+                 "with flat completions means the target is saturated.</p>" + _timeline(data, images, note) + "</div>")
+    parts.append(_stability_block(data))
+    parts.append("<details><summary>all summary metrics</summary>" + _summary(data, images, note) + "</details>")
+    return "".join(parts)
+
+
+def _stability_block(data: ReportData) -> str:
+    from slogate.replay.report_model import anchor
+
+    runs = [r for r in data.runs if r.stability is not None]
+    if not runs:
+        return ""
+    parts = ['<div id="stability"><h3>Long-run stability</h3>']
+    for r in runs:
+        st = r.stability
+        assert st is not None
+        cls = "note" if st.stable else "warn"
+        rows = [[f"{w.start_s:g}", str(w.requests), fmt("", w.output_tokens_per_s), fmt("", w.goodput_rps),
+                 ms(w.ttft_p99_s), "–" if w.error_rate is None else f"{w.error_rate:.2%}"] for w in st.windows]
+        parts.append(f'<div id="{anchor("stability", r.name)}"><p class="{cls}">{esc(r.name)}: {esc(st.verdict)}</p>'
+                     f"<details><summary>{len(st.windows)} windows of {st.window_s:g} s</summary>"
+                     + _table(["start (s)", "arrivals", "output tok/s", "goodput req/s", "TTFT p99 (ms)", "error rate"],
+                              rows, key_col=False) + "</details></div>")
+    return "".join(parts) + "</div>"
+
+
+def _conclusions(data: ReportData, images: dict[str, str | None], note: str | None) -> str:
+    items = []
+    for c in data.conclusions:
+        cls = ' class="warn"' if c.level == "warn" else ""
+        items.append(f'<li{cls}><span class="topic">{esc(c.topic)}</span>{esc(c.text)} '
+                     f'<a href="#{esc(c.figure)}">(figure)</a></li>')
+    return '<ul class="concl">' + "".join(items) + "</ul>" if items else '<p class="note">no conclusions</p>'
 
 
 def fmt(metric: str, x: float | None) -> str:
@@ -166,22 +335,17 @@ def _image(src: str | None, alt: str, note: str | None) -> str:
     return f'<p class="note">{esc(note or "no per-request data to plot (requests.jsonl.zst missing or empty)")}</p>'
 
 
-def _cdf(data: ReportData, images: dict[str, str | None], note: str | None) -> str:
-    rows = []
-    for r in data.runs:
-        s = r.results.summary
-        rows.append([esc(r.name)] + [esc(fmt(f"{m}.{q}", getattr(getattr(s, m), q)))
-                                     for m in ("ttft_s", "tpot_s", "e2e_s") for q in ("p50", "p90", "p99")])
-    header = ["run"] + [f"{m.split('_')[0].upper()} {q} (ms)" for m in ("ttft_s", "tpot_s", "e2e_s") for q in ("p50", "p90", "p99")]
-    return _image(images.get("cdf"), "TTFT, TPOT and E2E CDFs", note) + _table(header, rows)
-
-
 def _timeline(data: ReportData, images: dict[str, str | None], note: str | None) -> str:
+    from slogate.replay.report_model import anchor
+
     parts = []
     for r in data.runs:
         key = f"timeline:{r.name}"
         if key in images or note:
-            parts.append(f"<h3>{esc(r.name)}</h3>" + _image(images.get(key), f"timeline of {r.name}", note))
+            parts.append(f'<div id="{anchor("telemetry", r.name)}"><h3>{esc(r.name)}</h3>'
+                         + _image(images.get(key), f"timeline of {r.name}", note) + "</div>")
+        else:
+            parts.append(f'<div id="{anchor("telemetry", r.name)}"></div>')
     drawn = sum(1 for k in images if k.startswith("timeline:"))
     if not note and drawn < len(data.runs):
         parts.append(f'<p class="note">timelines drawn for the first {drawn} of {len(data.runs)} runs</p>')
@@ -220,5 +384,7 @@ def _one_sweep(sw: SweepData, images: dict[str, str | None], note: str | None) -
                      fmt("", p.goodput_rps), "–" if p.slo_attainment is None else f"{p.slo_attainment:.1%}",
                      ms(p.ttft_p50_s), ms(p.ttft_p99_s), ms(p.tpot_p50_s), ms(p.tpot_p99_s), str(p.failed),
                      esc(", ".join(mark))])
-    return (f"<h3>{esc(sw.name)}</h3>" + facts + _image(images.get(f"sweep:{sw.name}"), f"sweep curve of {sw.name}", note)
+    from slogate.replay.report_model import anchor
+
+    return (f'<h3 id="{anchor("sweep", sw.name)}">{esc(sw.name)}</h3>' + facts + _image(images.get(f"sweep:{sw.name}"), f"sweep curve of {sw.name}", note)
             + _table(header, rows))

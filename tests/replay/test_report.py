@@ -1,9 +1,11 @@
-"""`slogate report`: one self-contained HTML file from real runs (one over HTTP with scraped metrics,
-one in virtual time) and a real sweep, opened in headless Chromium: every section present, no
-console errors, no remote assets, a screenshot taken; and the tables-only fallback without matplotlib."""
+"""`slogate report`: one self-contained HTML file from real runs (one over HTTP with scraped metrics
+and a price, one in virtual time) and a real sweep, opened in headless Chromium: the four sections in
+order, every conclusion's figure link resolving, no console errors, no remote assets, screenshots at
+desktop and phone width; conclusions.json beside it; and the tables-only fallback without matplotlib."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -16,7 +18,8 @@ from slogate.replay import report
 from slogate.replay.sweep import load as load_sweep
 from tests.replay.test_compare_runs import capacity_rps, make_trace, replay, replay_args
 
-SECTIONS = ("environment", "summary", "cdf", "timeline", "sweep")
+SECTIONS = ("environment", "load", "metrics", "conclusions")
+HEADINGS = ("Environment", "Load", "Metrics", "Conclusions")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (make apt)")
 
@@ -25,7 +28,8 @@ needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian 
 def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("report")
     trace = make_trace(d / "trace.jsonl.zst", rate=20, seconds=2)
-    http = replay(trace, d / "http", virtual=False, extra=["--scrape-metrics", "0.2", "--label", "gpu=H100"])
+    http = replay(trace, d / "http", virtual=False, extra=["--scrape-metrics", "0.2", "--label", "gpu=H100",
+                                                                "--cost-per-hour", "4"])
     virtual = replay(trace, d / "virtual", extra=["--label", "gpu=sim"])
     sweep_trace = make_trace(d / "sweep-trace.jsonl.zst", rate=20, seconds=5)
     rates = ",".join(str(round(capacity_rps() * f)) for f in (0.5, 0.9, 1.5))  # below, near, above capacity
@@ -63,17 +67,42 @@ def test_report_opens_in_chromium_with_every_section(dirs: dict[str, Path], tmp_
 
     dom = chromium("--dump-dom", out.as_uri(), tmp=tmp_path)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    for sid in SECTIONS:
-        assert re.search(rf'<section id="{sid}"><h2>[^<]+</h2><p class="how">How to read this:', dom.stdout), sid
+    assert_four_sections(dom.stdout)
     assert not console_errors(dom.stderr), console_errors(dom.stderr)
+    assert '<meta name="viewport"' in html and "@media print" in html and "@media (max-width" in html
 
-    shot = tmp_path / "report.png"
-    res = chromium(f"--screenshot={shot}", "--window-size=1280,4000", out.as_uri(), tmp=tmp_path)
-    assert res.returncode == 0 and shot.stat().st_size > 50_000, res.stderr[-2000:]
-    assert not console_errors(res.stderr), console_errors(res.stderr)
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # Keep the latest screenshot where a person can look at it.
-    shutil.copy(shot, dirs["root"].parent / "slogate-report-screenshot.png")
+    concl = json.loads((tmp_path / "conclusions.json").read_text())
+    assert concl["report"] == "report.html"
+    topics = {c["topic"] for c in concl["conclusions"]}
+    assert {"capacity", "binding", "cost", "trust"} <= topics
+    sweep = load_sweep(dirs["sweep"])
+    capacity = next(c for c in concl["conclusions"] if c["topic"] == "capacity")
+    assert f"up to rate {sweep.max_x_meeting_slo:g}" in capacity["text"] and "recommended ≤" in capacity["text"]
+    cost = next(c for c in concl["conclusions"] if c["topic"] == "cost")
+    assert "per million good output tokens" in cost["text"] and "$4/hour" in cost["text"]
+    binding = next(c for c in concl["conclusions"] if c["topic"] == "binding")
+    assert binding["figure"] == "telemetry-http"  # the scraped run
+
+    for width, height, name in ((1280, 5000, "report.png"), (390, 3000, "report-phone.png")):
+        shot = tmp_path / name
+        res = chromium(f"--screenshot={shot}", f"--window-size={width},{height}", out.as_uri(), tmp=tmp_path)
+        assert res.returncode == 0 and shot.stat().st_size > 30_000, res.stderr[-2000:]
+        assert not console_errors(res.stderr), console_errors(res.stderr)
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        # Keep the latest screenshots where a person can look at them.
+        shutil.copy(shot, dirs["root"].parent / f"slogate-{name.replace('report', 'report-screenshot')}")
+
+
+def assert_four_sections(page: str) -> None:
+    """Environment, Load, Metrics, Conclusions in that order, each with its how-to-read line, and every
+    in-page link (the conclusions' figure links) pointing at an element that exists."""
+    found = re.findall(r'<section id="([a-z]+)"><h2>([^<]+)</h2><p class="how">How to read this:', page)
+    assert found == list(zip(SECTIONS, HEADINGS, strict=True)), found
+    ids = set(re.findall(r'\bid="([^"]+)"', page))
+    targets = set(re.findall(r'href="#([^"]+)"', page))
+    assert targets and targets <= ids, targets - ids
+    concl = page[page.index('<section id="conclusions">'):]
+    assert concl.count("<li") >= 3 and concl.count('href="#') >= 3
 
 
 @needs_chromium
@@ -93,6 +122,8 @@ def test_report_content_matches_the_runs(dirs: dict[str, Path], tmp_path: Path) 
     assert sweep.knee is not None
     assert f"<b>knee:</b> rate {sweep.knee:g}" in html
     assert "★ knee" in html
+    assert f"meets the SLO (ttft=0.1 for ≥ 90% of requests) up to rate {sweep.max_x_meeting_slo:g}" in html
+    assert f'<h3 id="sweep-{dirs["sweep"].name}">' in html  # the capacity conclusion's figure
     for p in sweep.points:
         assert f"sweep rate={p.x:g}" in html  # one summary column per point
     assert "gpu=sim" not in html  # only the sweep was given
@@ -110,8 +141,25 @@ def test_tables_only_without_matplotlib(dirs: dict[str, Path], tmp_path: Path, m
     for sid in SECTIONS:
         assert f'<section id="{sid}">' in html
     assert "gpu=H100" in html and "gpu=sim" in html  # environment table, both runs
-    assert "ttft_s.p99" in html and "goodput_rps" in html  # summary table
+    assert "ttft_s.p99" in html and "goodput_rps" in html  # the folded full summary table
+    assert_four_sections(html)
     assert_self_contained(html)
+    # the headline tables: throughput beside goodput, and TTFT/TPOT/ITL/E2E percentiles
+    assert "<th>goodput tok/s</th>" in html and "<th>TPOT p99 (ms)</th>" in html and "<th>ITL p50 (ms)</th>" in html
+    assert html.index("<details><summary>all summary metrics") > html.index('<div id="latency">')
+    # the load section: peak minute, burstiness and warm-up, from the records
+    load = html[html.index('<section id="load">'):html.index('<section id="metrics">')]
+    assert "burstiness CV" in load and "peak minute" in load and "warm-up excluded" in load
+    assert "workload: trace:" in load
+
+
+def test_latency_deltas_carry_significance_marks(dirs: dict[str, Path], tmp_path: Path) -> None:
+    """Two runs of the same trace on the same sim: deltas are within the bootstrap CI (marked ~)."""
+    data = report.collect([dirs["virtual"], dirs["http"]])
+    assert len(data.cis) == 1 and data.cis[0] is not None and "ttft_s.p99" in data.cis[0]
+    html = report.build_html(data, plots=False)
+    lat = html[html.index('<div id="latency">'):html.index('<div id="errors">')]
+    assert re.search(r'title="95% CI of the change: [^"]+">[+-][0-9.]+%[~*]</span>', lat)
 
 
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -121,3 +169,38 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
     (tmp_path / "empty").mkdir()
     assert slogate(["report", str(tmp_path / "empty"), "-o", str(tmp_path / "x.html")]) == 2
     assert "results.json: missing" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_demo_report_has_the_four_sections_filled(tmp_path: Path) -> None:
+    """`make demo` → `slogate demo` (short): environment filled for the sims ("not recorded" where
+    nothing said), load histograms, conclusions with capacity, binding and cost; Chromium renders it
+    with no console errors; screenshots in this test's tmp dir."""
+    from tests.replay.test_demo import DEMO, ENV
+    from tests.servers import REPO
+
+    out = tmp_path / "demo"
+    proc = subprocess.run([*DEMO, "--duration", "15", "--speed", "2", "--out", str(out), "--quiet"],
+                          capture_output=True, text=True, timeout=180, cwd=REPO, env=ENV)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    page = out / "report.html"
+    html = page.read_text()
+    assert_self_contained(html)
+    env = html[html.index('<section id="environment">'):html.index('<section id="load">')]
+    for value in ("A100-80G", "H100-SXM", "L40S", "slogate-sim", "80 GiB", "sim config"):
+        assert value in env, value
+    assert "not recorded" in env  # driver / CUDA: nobody says
+    load = html[html.index('<section id="load">'):html.index('<section id="metrics">')]
+    assert load.count('<img src="data:image/png;base64,') >= 3  # arrivals + length histograms per run
+    topics = [c["topic"] for c in json.loads((out / "conclusions.json").read_text())["conclusions"]]
+    assert {"capacity", "binding", "cost", "trust"} <= set(topics)
+    dom = chromium("--dump-dom", page.as_uri(), tmp=tmp_path)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert_four_sections(dom.stdout)
+    assert not console_errors(dom.stderr), console_errors(dom.stderr)
+    for width, height, name in ((1280, 6000, "demo-report.png"), (390, 4000, "demo-report-phone.png")):
+        shot = tmp_path / name
+        res = chromium(f"--screenshot={shot}", f"--window-size={width},{height}", page.as_uri(), tmp=tmp_path)
+        assert res.returncode == 0 and shot.stat().st_size > 30_000, res.stderr[-2000:]
+        assert not console_errors(res.stderr), console_errors(res.stderr)

@@ -1,0 +1,76 @@
+"""Is a difference real? A seeded bootstrap confidence interval for the change of every latency
+percentile (and mean) between two sets of per-request records, resampling each side's requests.
+
+Pure functions of records: percentiles are `traces.metrics.percentile` over the same per-request
+values `traces.summary.summarize` uses (successful requests). Never reads files, never prints.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+from slogate.traces.metrics import PERCENTILES, percentile
+from slogate.traces.record import RequestRecord, effective_e2e, is_error
+
+# summary metric -> the per-request value it summarizes (itl_s pools chunk gaps: no per-request value)
+PER_REQUEST = {
+    "ttft_s": lambda r: r.ttft,
+    "tpot_s": lambda r: r.tpot,
+    "e2e_s": lambda r: r.e2e,
+    "effective_e2e_s": effective_e2e,
+}
+STATS = (*(name for name, _ in PERCENTILES), "mean")
+DEFAULT_RESAMPLES = 400
+DEFAULT_CONFIDENCE = 0.95
+
+
+def values(records: Sequence[RequestRecord], metric: str) -> list[float]:
+    get = PER_REQUEST[metric]
+    return [v for v in (get(r) for r in records if not is_error(r)) if v is not None]
+
+
+def _stat(sorted_values: Sequence[float], stat: str) -> float:
+    if stat == "mean":
+        return math.fsum(sorted_values) / len(sorted_values)
+    q = dict(PERCENTILES)[stat]
+    return percentile(sorted_values, q)
+
+
+def _resampled_stats(vals: list[float], stats: Sequence[str], resamples: int, rng: random.Random) -> list[list[float]]:
+    """For each resample (with replacement, same size), every stat: [resample][stat]."""
+    out = []
+    n = len(vals)
+    for _ in range(resamples):
+        sample = sorted(rng.choices(vals, k=n))
+        out.append([_stat(sample, s) for s in stats])
+    return out
+
+
+def bootstrap_deltas(base: Sequence[RequestRecord], cand: Sequence[RequestRecord], *, seed: int = 0,
+                     resamples: int = DEFAULT_RESAMPLES, confidence: float = DEFAULT_CONFIDENCE,
+                     ) -> dict[str, tuple[float, float]]:
+    """`metric.stat` -> (low, high) of the candidate − baseline change, a percentile-bootstrap interval
+    at `confidence`; metrics with fewer than 2 values on a side are left out."""
+    rng = random.Random(seed)
+    out: dict[str, tuple[float, float]] = {}
+    alpha = (1.0 - confidence) / 2.0
+    for metric in PER_REQUEST:
+        a, b = values(base, metric), values(cand, metric)
+        if len(a) < 2 or len(b) < 2:
+            continue
+        sa = _resampled_stats(a, STATS, resamples, rng)
+        sb = _resampled_stats(b, STATS, resamples, rng)
+        for j, stat in enumerate(STATS):
+            diffs = sorted(y[j] - x[j] for x, y in zip(sa, sb, strict=True))
+            out[f"{metric}.{stat}"] = (percentile(diffs, 100 * alpha), percentile(diffs, 100 * (1 - alpha)))
+    return out
+
+
+def significant(interval: tuple[float, float] | None) -> bool | None:
+    """True when the interval excludes zero (the change is larger than the run-to-run noise)."""
+    if interval is None:
+        return None
+    low, high = interval
+    return low > 0 or high < 0
