@@ -8,6 +8,7 @@ plan.json). Never simulates or formats itself.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample", type=float, help="plan on this fraction of the requests (seeded)")
     p.add_argument("--max-requests", type=int, help="plan on the first N requests")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="plan candidates in this many processes (default: min(2, CPUs))")
     p.add_argument("--json", action="store_true", help="print plan.json instead of the table")
     p.add_argument("--out", metavar="DIR", help="write DIR/plan.json (default: ./plan.json only with --out)")
     return p
@@ -107,13 +110,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ns = build_parser().parse_args(argv)
     settings = settings_from(ns)
+    if ns.jobs < 1:
+        raise UsageError(f"bad --jobs {ns.jobs}: a number of processes ≥ 1")
     candidates = cands.expand(cands.parse_candidates(ns.candidates), cands.parse_grid(ns.grid))
     workload, path = workload_from(ns)
     progress = None if ns.json else (lambda c: print(f"plan: {c.candidate}: "
                                                      + (f"{c.capacity_rps:.3g} req/s" if c.capacity_rps else
                                                         (c.reason or "no capacity")) + f" ({c.wall_s:.1f}s)",
                                                      file=sys.stderr, flush=True))
-    result = plan(workload, candidates, settings, trace=path, command=["slogate", "plan", *argv], on_candidate=progress)
+    result = plan(workload, candidates, settings, trace=path, command=["slogate", "plan", *argv], on_candidate=progress,
+                  jobs=ns.jobs)
     if ns.out:
         out = Path(ns.out)
         if out.exists() and not out.is_dir():

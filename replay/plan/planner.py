@@ -98,7 +98,8 @@ class Settings(msgspec.Struct, kw_only=True):
 
 
 def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Settings, *, trace: str | None = None,
-         command: Sequence[str] = (), on_candidate: Callable[[CandidatePlan], None] | None = None) -> Plan:
+         command: Sequence[str] = (), on_candidate: Callable[[CandidatePlan], None] | None = None, jobs: int = 1) -> Plan:
+    """Plan every candidate; `jobs` > 1 plans candidates in that many processes (same results)."""
     t0 = time.perf_counter()
     reqs = workload.measured
     contexts = distribution(float(r.input_tokens + r.output_tokens) for r in reqs)
@@ -109,11 +110,24 @@ def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Setti
                attainment_target=settings.attainment, headroom=settings.headroom,
                peak_window_s=settings.peak_window_s, at_rate_rps=settings.at_rate_rps,
                peak_rps=costs.peak_rate([r.t for r in reqs], settings.peak_window_s), command=list(command))
-    for cand in candidates:
-        row = plan_candidate(workload, cand, settings, out)
-        out.candidates.append(row)
-        if on_candidate is not None:
-            on_candidate(row)
+    if jobs > 1 and len(candidates) > 1:
+        import concurrent.futures as cf
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold an event loop
+        with cf.ProcessPoolExecutor(max_workers=min(jobs, len(candidates)), mp_context=ctx) as pool:
+            futures = [pool.submit(plan_candidate, workload, cand, settings, out) for cand in candidates]
+            for fut in futures:
+                row = fut.result()
+                out.candidates.append(row)
+                if on_candidate is not None:
+                    on_candidate(row)
+    else:
+        for cand in candidates:
+            row = plan_candidate(workload, cand, settings, out)
+            out.candidates.append(row)
+            if on_candidate is not None:
+                on_candidate(row)
     out.wall_s = round(time.perf_counter() - t0, 3)
     return out
 
