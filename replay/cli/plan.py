@@ -120,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                      file=sys.stderr, flush=True))
     result = plan(workload, candidates, settings, trace=path, command=["slogate", "plan", *argv], on_candidate=progress,
                   jobs=ns.jobs)
+    result.candidates = output.by_cost(result)  # plan.json lists them in the table's order
     if ns.out:
         out = Path(ns.out)
         if out.exists() and not out.is_dir():

@@ -88,7 +88,8 @@ def diagnose(speed: float, summary: RunSummary, records: list[RequestRecord], sl
 
 
 def search(run: Runner, *, attainment: float, precision: float = 0.02, base_rps: float) -> Capacity:
-    """Bracket the attainment boundary from speed 1 by doubling or halving, then bisect it geometrically
+    """Bracket the attainment boundary from speed 1 by doubling, or (overloaded at 1) from just under the
+    throughput speed 1 reached by halving, then bisect it geometrically
     until hi/lo ≤ 1 + precision. `base_rps` is the trace's mean request rate at speed 1."""
     points: dict[float, Point] = {}
 
@@ -107,7 +108,15 @@ def search(run: Runner, *, attainment: float, precision: float = 0.02, base_rps:
                 hi = None
                 break
     else:
-        lo, hi = 0.5, 1.0
+        # overloaded at speed 1: the throughput it reached bounds the capacity from above, so the
+        # bracket starts just under it instead of halving from 1
+        first = points[1.0].summary
+        guess = (first.request_rate_rps / first.offered_rate_rps) if first.offered_rate_rps else 0.5
+        hi = 1.0
+        lo = min(0.9, max(MIN_SPEED, guess * 0.8))
+        top = min(0.95, guess * 1.05)
+        if top > lo and not ok(top):
+            hi = top
         while not ok(lo):
             lo, hi = lo / 2, lo
             if hi <= MIN_SPEED:
