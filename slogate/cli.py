@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("slogate.replay.cli.replay", "replay a trace against a target and report throughput, goodput, latency"),
     "compare": ("slogate.replay.cli.compare", "compare two or more replay results; exit 1 when a bound is broken"),
     "sweep": ("slogate.replay.cli.sweep", "run a replay per speed/rate/concurrency point and find the knee"),
+    "plan": ("slogate.replay.cli.plan", "which GPU, flags and replicas meet the SLO at what cost, from one trace (virtual time)"),
     "report": ("slogate.replay.cli.report", "write a self-contained HTML report of one or more runs"),
     "merge": ("slogate.replay.cli.merge", "merge shard results of a distributed replay"),
     "demo": ("slogate.replay.demo.main", "the whole loop on a simulated upstream and a bundled real trace"),

@@ -1,0 +1,131 @@
+"""Plan candidates: `GPU/MODEL[?dtype=…&tp=…&replicas=…&max_num_seqs=…]`, `--grid KEY=V1,V2` and `--price`.
+
+Pure parsing: a candidate is a catalog GPU and model plus simulator options (the same names as
+`slogate sim`'s flags). Never simulates and never reads files.
+"""
+
+from __future__ import annotations
+
+import itertools
+import urllib.parse
+from collections.abc import Sequence
+
+import msgspec
+
+from slogate.replay.sim import catalog
+from slogate.traces.usage import UsageError
+
+# options a candidate may set (SimConfig fields); anything else is a typo
+OPTIONS = ("dtype", "kv_dtype", "tp", "replicas", "max_num_seqs", "max_num_batched_tokens",
+           "gpu_memory_utilization", "max_model_len", "scheduler", "prefix_caching", "timing", "ttft_ms", "itl_ms",
+           "jitter", "seed")
+INT_OPTIONS = ("tp", "replicas", "max_num_seqs", "max_num_batched_tokens", "max_model_len")
+
+
+class Candidate(msgspec.Struct, frozen=True):
+    """One deployment to plan: a GPU, a model and the engine options (strings, as `sim:` targets take them)."""
+
+    gpu: str
+    model: str
+    opts: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def options(self) -> dict[str, str]:
+        return dict(self.opts)
+
+    @property
+    def spec(self) -> str:
+        """The canonical name: `gpu/model?k=v&…` (keys in the order given)."""
+        query = "&".join(f"{k}={v}" for k, v in self.opts)
+        return f"{self.gpu}/{self.model}" + (f"?{query}" if query else "")
+
+    @property
+    def target(self) -> str:
+        """The `--target` of the same engine (`sim:GPU/MODEL?…`)."""
+        return "sim:" + self.spec
+
+    def sim_options(self) -> dict[str, str]:
+        return {"gpu": self.gpu, "model": self.model, **self.options}
+
+    def int_option(self, key: str, default: int) -> int:
+        return int(self.options.get(key, default))
+
+
+def parse_candidate(text: str) -> Candidate:
+    path, _, query = text.strip().partition("?")
+    gpu, sep, model = path.partition("/")
+    if not sep or not gpu or not model:
+        raise UsageError(f"bad candidate {text!r}: expected GPU/MODEL[?dtype=fp8&tp=2…], e.g. h100-sxm/llama-3-8b")
+    catalog.find_gpu(gpu)
+    catalog.find_model(model)
+    try:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise UsageError(f"bad candidate {text!r}: options are KEY=VALUE joined by &, e.g. ?dtype=fp8&tp=2") from None
+    opts = [_option(text, k, v) for k, v in pairs]
+    return Candidate(gpu=gpu.lower(), model=model.lower(), opts=tuple(opts))
+
+
+def _option(text: str, key: str, value: str) -> tuple[str, str]:
+    key = key.strip().replace("-", "_")
+    if key not in OPTIONS:
+        raise UsageError(f"bad candidate {text!r}: unknown option {key!r}; use: {', '.join(OPTIONS)}")
+    if key in ("dtype", "kv_dtype"):
+        catalog.precision(value)
+    if key in INT_OPTIONS and (not value.isdigit() or int(value) < 1):
+        raise UsageError(f"bad candidate {text!r}: {key}={value!r} must be a positive whole number")
+    return key, value.strip()
+
+
+def parse_candidates(text: str) -> list[Candidate]:
+    """Comma-separated candidates (a comma inside the options is not allowed: use --grid for lists)."""
+    items = [c for c in text.split(",") if c.strip()]
+    if not items:
+        raise UsageError("--candidates is empty; e.g. --candidates h100-sxm/llama-3-8b,l4/llama-3-8b?dtype=int4")
+    return [parse_candidate(c) for c in items]
+
+
+def parse_grid(items: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """`--grid max_num_seqs=64,128` (repeatable) → [(key, values)] in the order given."""
+    out: list[tuple[str, list[str]]] = []
+    for item in items:
+        key, sep, values = item.partition("=")
+        vals = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not vals:
+            raise UsageError(f"bad --grid {item!r}: expected KEY=V1,V2,…, e.g. --grid max_num_seqs=64,128,256")
+        key = key.strip().replace("-", "_")
+        for v in vals:
+            _option(f"--grid {item}", key, v)
+        out.append((key, vals))
+    return out
+
+
+def expand(candidates: Sequence[Candidate], grid: Sequence[tuple[str, list[str]]]) -> list[Candidate]:
+    """Every candidate × every grid combination (a grid key overrides the candidate's own value)."""
+    if not grid:
+        return list(candidates)
+    out: list[Candidate] = []
+    keys = [k for k, _ in grid]
+    for cand in candidates:
+        for combo in itertools.product(*(vals for _, vals in grid)):
+            opts = {k: v for k, v in cand.opts if k not in keys}
+            opts.update(zip(keys, combo, strict=True))
+            out.append(Candidate(gpu=cand.gpu, model=cand.model, opts=tuple(opts.items())))
+    return list(dict.fromkeys(out))  # a duplicate combination is planned once
+
+
+def parse_prices(text: str | None) -> dict[str, float]:
+    """`--price a100-80g=1.8,h100-sxm=3` → {gpu name (lower case): USD per GPU-hour}."""
+    out: dict[str, float] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        gpu, sep, value = item.partition("=")
+        try:
+            price = float(value)
+        except ValueError:
+            price = -1.0
+        if not sep or price < 0:
+            raise UsageError(f"bad --price {item!r}: expected GPU=USD_PER_GPU_HOUR, e.g. --price h100-sxm=3,l4=0.8")
+        out[catalog.find_gpu(gpu).name.lower()] = price
+    return out

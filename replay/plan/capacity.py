@@ -1,0 +1,166 @@
+"""Capacity of one candidate in virtual time: the largest trace speed-up whose SLO attainment stays
+≥ the target (bracket by doubling/halving, then geometric bisection), the knee, and what binds.
+
+Each point is one virtual replay (replay.run with `virtual=True`) summarized by the one summary
+(traces.summary via replay.finish); the knee is replay.sweep's rule. Never computes a metric itself
+beyond the per-point diagnosis of which SLO bound failed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import msgspec
+
+from slogate.replay import workload as wl
+from slogate.replay.run import ReplayOptions, replay
+from slogate.replay.sweep import SweepPoint, find_knee, point_from_results
+from slogate.traces.record import RequestRecord
+from slogate.traces.slo import Slo
+from slogate.traces.summary import RunSummary
+
+MIN_SPEED = 1 / 256  # below this the candidate cannot meet the SLO at any load the trace offers
+MAX_SPEED = 256.0  # above this the search stops (capacity reported as "at least")
+
+
+class Point(msgspec.Struct, kw_only=True):
+    """One simulated speed-up: the summary's curve numbers plus what the sim and the records say binds."""
+
+    speed: float
+    curve: SweepPoint
+    summary: RunSummary
+    preemptions: int = 0
+    kv_blocks: int = 0
+    ttft_violations: int = 0  # successful requests over the SLO's TTFT bound
+    tpot_violations: int = 0  # … over its TPOT bound
+    peak_in_flight: int = 0  # most requests between arrival and last token at once (queued or running)
+
+    @property
+    def attainment(self) -> float:
+        return self.summary.slo_attainment or 0.0
+
+
+class Capacity(msgspec.Struct, kw_only=True):
+    """The search's answer: capacity (a speed-up and the request rate it offers), knee and every point."""
+
+    capacity_speed: float | None  # None: even the lowest speed misses the attainment target
+    capacity_rps: float | None
+    capped: bool = False  # the highest speed searched still met the target (capacity is at least this)
+    knee_speed: float | None = None
+    knee_rps: float | None = None
+    points: list[Point] = []
+
+
+Runner = Callable[[float], Point]
+
+
+def runner(base: wl.Workload, target: str, slo: Slo, model: str) -> Runner:
+    """A function simulating `base` at a speed-up (one virtual replay per call)."""
+    options = ReplayOptions(target=target, model=model, virtual=True, slos=[slo], endpoint="completions")
+
+    def run(speed: float) -> Point:
+        w = msgspec.structs.replace(base, requests=wl.speed(base.requests, speed),
+                                    description=[*base.description, f"speed={speed:g}"])
+        out = replay(w, options)
+        stats = out.sim_stats or {}
+        return diagnose(speed, out.results.summary, out.records, slo, point_from_results(speed, "", out.results),
+                        preemptions=int(stats.get("preemptions", 0)), kv_blocks=int(stats.get("kv_blocks", 0)))
+
+    return run
+
+
+def diagnose(speed: float, summary: RunSummary, records: list[RequestRecord], slo: Slo, curve: SweepPoint, *,
+             preemptions: int, kv_blocks: int) -> Point:
+    ttft_bad = sum(1 for r in records if slo.ttft is not None and r.ttft is not None and r.ttft > slo.ttft)
+    tpot_bad = sum(1 for r in records if slo.tpot is not None and r.tpot is not None and r.tpot > slo.tpot)
+    events: list[tuple[float, int]] = []
+    for r in records:
+        if r.e2e is not None:
+            events += [(r.t, 1), (r.t + r.e2e, -1)]
+    events.sort(key=lambda e: (e[0], e[1]))
+    peak = level = 0
+    for _, d in events:
+        level += d
+        peak = max(peak, level)
+    return Point(speed=speed, curve=curve, summary=summary, preemptions=preemptions, kv_blocks=kv_blocks,
+                 ttft_violations=ttft_bad, tpot_violations=tpot_bad, peak_in_flight=peak)
+
+
+def search(run: Runner, *, attainment: float, precision: float = 0.02, base_rps: float) -> Capacity:
+    """Bracket the attainment boundary from speed 1 by doubling, or (overloaded at 1) from just under the
+    throughput speed 1 reached by halving, then bisect it geometrically
+    until hi/lo ≤ 1 + precision. `base_rps` is the trace's mean request rate at speed 1."""
+    points: dict[float, Point] = {}
+
+    def ok(speed: float) -> bool:
+        if speed not in points:
+            points[speed] = run(speed)
+        return points[speed].attainment >= attainment
+
+    lo: float | None
+    hi: float | None
+    if ok(1.0):
+        lo, hi = 1.0, 2.0
+        while ok(hi):
+            lo, hi = hi, hi * 2
+            if lo >= MAX_SPEED:
+                hi = None
+                break
+    else:
+        # overloaded at speed 1: the throughput it reached bounds the capacity from above, so the
+        # bracket starts just under it instead of halving from 1
+        first = points[1.0].summary
+        guess = (first.request_rate_rps / first.offered_rate_rps) if first.offered_rate_rps else 0.5
+        hi = 1.0
+        lo = min(0.9, max(MIN_SPEED, guess * 0.8))
+        top = min(0.95, guess * 1.05)
+        if top > lo and not ok(top):
+            hi = top
+        while not ok(lo):
+            lo, hi = lo / 2, lo
+            if hi <= MIN_SPEED:
+                lo = None
+                break
+    if lo is not None and hi is not None:
+        while hi / lo > 1 + precision:
+            mid = math.sqrt(lo * hi)
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
+    pts = sorted(points.values(), key=lambda p: p.speed)
+    knee = find_knee([p.curve for p in pts])
+    cap_rps = None
+    if lo is not None:
+        cap_rps = points[lo].summary.offered_rate_rps or base_rps * lo
+    knee_rps = None
+    if knee is not None:
+        knee_rps = points[knee].summary.offered_rate_rps or base_rps * knee
+    return Capacity(capacity_speed=lo, capacity_rps=cap_rps, capped=hi is None, knee_speed=knee, knee_rps=knee_rps,
+                    points=pts)
+
+
+def binding_limit(point: Point | None, *, max_num_seqs: int, max_num_batched_tokens: int, prompt_p90: int) -> str | None:
+    """Which limit binds at this point (the first load over the boundary), from the sim's
+    preemption counter and which SLO bound the requests missed:
+
+    - `kv_capacity`: the KV cache ran out (the engine preempted sequences);
+    - `scheduler:max_num_seqs`: as many requests were in flight as the engine may run, and TTFT missed;
+    - `scheduler:token_budget`: TTFT missed with a token budget below the trace's prompt p90;
+    - `prefill_compute`: TTFT missed (prompts queue behind the compute);
+    - `decode_bandwidth`: TPOT missed (each decode step reads weights and KV from HBM);
+    - None: nothing missed at this point."""
+    if point is None:
+        return None
+    if point.preemptions > 0:
+        return "kv_capacity"
+    if point.ttft_violations == 0 and point.tpot_violations == 0:
+        return None
+    if point.ttft_violations >= point.tpot_violations:
+        if point.peak_in_flight >= max_num_seqs:
+            return "scheduler:max_num_seqs"
+        if max_num_batched_tokens < prompt_p90:
+            return "scheduler:token_budget"
+        return "prefill_compute"
+    return "decode_bandwidth"

@@ -1,0 +1,186 @@
+"""Plan every candidate against one workload: feasibility, capacity search, operating point, cost.
+
+The orchestration only: each step is its own module (candidates, feasibility, capacity, cost);
+the `Plan` struct is what plan.json holds. Never prints and never writes files (output does).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import msgspec
+
+from slogate.replay import workload as wl
+from slogate.replay.plan import capacity as cap
+from slogate.replay.plan import cost as costs
+from slogate.replay.plan import feasibility
+from slogate.replay.plan.candidates import Candidate
+from slogate.replay.sim import catalog
+from slogate.replay.sim.config import vllm_defaults
+from slogate.traces.metrics import summarize as distribution
+from slogate.traces.slo import Slo
+
+PLAN_SCHEMA_VERSION = 1
+
+
+class PointRow(msgspec.Struct, kw_only=True):
+    """One simulated speed-up of the search (for the report and for checking the bisection)."""
+
+    speed: float
+    offered_rps: float | None
+    request_rate_rps: float
+    output_tokens_per_s: float
+    slo_attainment: float | None
+    ttft_p99_s: float | None
+    tpot_p99_s: float | None
+    preemptions: int
+    peak_in_flight: int
+
+
+class CandidatePlan(msgspec.Struct, kw_only=True, omit_defaults=False):
+    candidate: str
+    fits: bool
+    reason: str | None = None
+    capacity_rps: float | None = None  # largest offered rate meeting the attainment target (one replica)
+    capacity_speed: float | None = None  # … as a speed-up of the trace
+    capacity_capped: bool = False  # the search's highest speed still met the target
+    knee_rps: float | None = None
+    knee_speed: float | None = None
+    operating_rps: float | None = None  # capacity × (1 − headroom)
+    operating_speed: float | None = None
+    replicas: int | None = None  # for the trace's busiest --peak-window at the operating point
+    replicas_at_rate: int | None = None  # for --at-rate
+    gpus_per_replica: int = 1
+    usd_per_gpu_hour: float | None = None
+    cost_per_million_good_tokens: float | None = None
+    cost_per_1k_good_requests: float | None = None
+    goodput_rps: float | None = None  # per replica, at the operating point
+    goodput_tokens_per_s: float | None = None
+    goodput_tokens_per_s_per_gpu: float | None = None
+    binding_limit: str | None = None  # at the first simulated load past the capacity
+    max_num_seqs: int = 0
+    max_num_batched_tokens: int = 0
+    feasibility: feasibility.Fit | None = None
+    points: list[PointRow] = []
+    wall_s: float = 0.0
+
+
+class Plan(msgspec.Struct, kw_only=True, omit_defaults=False):
+    """`plan.json`."""
+
+    schema_version: int = PLAN_SCHEMA_VERSION
+    trace: str | None = None
+    workload: list[str] = []
+    requests: int = 0
+    trace_rps: float = 0.0  # mean request rate of the trace at speed 1
+    context_p99_tokens: int = 0
+    prompt_p90_tokens: int = 0
+    slo: str = ""
+    attainment_target: float = 0.99
+    headroom: float = 0.10
+    peak_window_s: float = 60.0
+    peak_rps: float = 0.0
+    at_rate_rps: float | None = None
+    candidates: list[CandidatePlan] = []
+    command: list[str] = []
+    wall_s: float = 0.0
+
+
+class Settings(msgspec.Struct, kw_only=True):
+    slo: Slo
+    attainment: float = 0.99
+    headroom: float = 0.10
+    peak_window_s: float = 60.0
+    at_rate_rps: float | None = None
+    prices: dict[str, float] = {}
+    precision: float = 0.02
+
+
+def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Settings, *, trace: str | None = None,
+         command: Sequence[str] = (), on_candidate: Callable[[CandidatePlan], None] | None = None, jobs: int = 1) -> Plan:
+    """Plan every candidate; `jobs` > 1 plans candidates in that many processes (same results)."""
+    t0 = time.perf_counter()
+    reqs = workload.measured
+    contexts = distribution(float(r.input_tokens + r.output_tokens) for r in reqs)
+    prompts = distribution(float(r.input_tokens) for r in reqs)
+    out = Plan(trace=trace, workload=[workload.source, *workload.description], requests=len(reqs),
+               trace_rps=wl.mean_rate(reqs) or 0.0, context_p99_tokens=int(contexts.p99 or 0),
+               prompt_p90_tokens=int(prompts.p90 or 0), slo=settings.slo.spec(),
+               attainment_target=settings.attainment, headroom=settings.headroom,
+               peak_window_s=settings.peak_window_s, at_rate_rps=settings.at_rate_rps,
+               peak_rps=costs.peak_rate([r.t for r in reqs], settings.peak_window_s), command=list(command))
+    if jobs > 1 and len(candidates) > 1:
+        import concurrent.futures as cf
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold an event loop
+        with cf.ProcessPoolExecutor(max_workers=min(jobs, len(candidates)), mp_context=ctx) as pool:
+            futures = [pool.submit(plan_candidate, workload, cand, settings, out) for cand in candidates]
+            for fut in futures:
+                row = fut.result()
+                out.candidates.append(row)
+                if on_candidate is not None:
+                    on_candidate(row)
+    else:
+        for cand in candidates:
+            row = plan_candidate(workload, cand, settings, out)
+            out.candidates.append(row)
+            if on_candidate is not None:
+                on_candidate(row)
+    out.wall_s = round(time.perf_counter() - t0, 3)
+    return out
+
+
+def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, ctx: Plan) -> CandidatePlan:
+    t0 = time.perf_counter()
+    gpu = catalog.find_gpu(cand.gpu)
+    d_tokens, d_seqs = vllm_defaults(gpu)
+    tp = cand.int_option("tp", 1)
+    gpus = tp * cand.int_option("replicas", 1)
+    row = CandidatePlan(candidate=cand.spec, fits=True, gpus_per_replica=gpus,
+                        usd_per_gpu_hour=settings.prices.get(gpu.name.lower()),
+                        max_num_seqs=cand.int_option("max_num_seqs", d_seqs),
+                        max_num_batched_tokens=cand.int_option("max_num_batched_tokens", d_tokens))
+    fit = feasibility.check(cand, ctx.context_p99_tokens)
+    row.feasibility = fit
+    if not fit.fits:
+        row.fits, row.reason = False, fit.reason
+        row.wall_s = round(time.perf_counter() - t0, 3)
+        return row
+    run = cap.runner(workload, cand.target, settings.slo, cand.model)
+    found = cap.search(run, attainment=settings.attainment, precision=settings.precision, base_rps=ctx.trace_rps)
+    row.capacity_rps, row.capacity_speed, row.capacity_capped = found.capacity_rps, found.capacity_speed, found.capped
+    row.knee_rps, row.knee_speed = found.knee_rps, found.knee_speed
+    # what binds: the first load past the boundary (at a knee below capacity nothing misses yet)
+    limit_at = next((p for p in found.points if p.attainment < settings.attainment), None)
+    row.binding_limit = cap.binding_limit(limit_at, max_num_seqs=row.max_num_seqs,
+                                          max_num_batched_tokens=row.max_num_batched_tokens,
+                                          prompt_p90=ctx.prompt_p90_tokens)
+    summary = None
+    if found.capacity_speed is None:
+        row.reason = f"misses {settings.attainment:.1%} SLO attainment even at {cap.MIN_SPEED:g}× the trace's rate"
+    else:
+        row.operating_speed = found.capacity_speed * (1 - settings.headroom)
+        op = run(row.operating_speed)
+        found.points.append(op)
+        summary = op.summary
+        row.operating_rps = summary.offered_rate_rps or ctx.trace_rps * row.operating_speed
+    c = costs.cost(summary, gpus_per_replica=gpus, operating_rps=row.operating_rps, peak_rps=ctx.peak_rps,
+                   at_rate_rps=settings.at_rate_rps, usd_per_gpu_hour=row.usd_per_gpu_hour)
+    row.replicas, row.replicas_at_rate = c.replicas, c.replicas_at_rate
+    row.cost_per_million_good_tokens, row.cost_per_1k_good_requests = c.cost_per_million_good_tokens, c.cost_per_1k_good_requests
+    if summary is not None:
+        row.goodput_rps, row.goodput_tokens_per_s = c.goodput_rps, c.goodput_tokens_per_s
+        row.goodput_tokens_per_s_per_gpu = c.goodput_tokens_per_s_per_gpu
+    row.points = [_row(p) for p in sorted(found.points, key=lambda p: p.speed)]
+    row.wall_s = round(time.perf_counter() - t0, 3)
+    return row
+
+
+def _row(p: cap.Point) -> PointRow:
+    s = p.summary
+    return PointRow(speed=p.speed, offered_rps=s.offered_rate_rps, request_rate_rps=s.request_rate_rps,
+                    output_tokens_per_s=s.output_tokens_per_s, slo_attainment=s.slo_attainment,
+                    ttft_p99_s=s.ttft_s.p99, tpot_p99_s=s.tpot_s.p99, preemptions=p.preemptions,
+                    peak_in_flight=p.peak_in_flight)

@@ -1,0 +1,163 @@
+"""`slogate plan`: the issue's acceptance command on the bundled Azure conversation trace (two minutes
+of it), the capacity search on a simulator whose capacity is known (test_compare_runs), feasibility
+arithmetic, candidate/grid/price parsing, replicas and cost, and bad input as one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from slogate.cli import main as slogate
+from slogate.replay.plan import candidates as cands
+from slogate.replay.plan import cost, feasibility
+from slogate.replay.plan.output import load
+from slogate.replay.sim.catalog import GiB, find_gpu, find_model
+from slogate.replay.sim.kvcache import ACTIVATION_RESERVE_GIB, BLOCK_SIZE
+from slogate.traces.usage import UsageError
+from tests.replay.test_compare_runs import MAX_SEQS, capacity_rps, make_trace
+
+SAMPLE = Path(__file__).resolve().parents[2] / "traces" / "samples" / "azure_conv_10min.csv"
+CANDIDATES = ("a100-80g/llama-3-8b,h100-sxm/llama-3-8b,l40s/llama-3-8b?dtype=fp8,l4/llama-3-8b?dtype=int4,"
+              "a100-80g/llama-3-70b")
+PRICES = "a100-80g=1.8,h100-sxm=3,l40s=1.2,l4=0.8"
+
+
+@pytest.fixture(scope="module")
+def acceptance(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """The issue's command on the first two minutes of the trace (the whole trace: see tests/bench/plan_speed.py)."""
+    out = tmp_path_factory.mktemp("plan")
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert slogate(["plan", str(SAMPLE), "--slo", "ttft=2,tpot=0.1", "--candidates", CANDIDATES,
+                        "--price", PRICES, "--window", "0:120", "--json", "--out", str(out)]) == 0
+    return json.loads(buf.getvalue()), out
+
+
+def test_acceptance_command_prints_and_writes_the_plan(acceptance: tuple[dict, Path]) -> None:
+    printed, out = acceptance
+    written = load(out)
+    assert printed["schema_version"] == written.schema_version == 1
+    by = {c["candidate"]: c for c in printed["candidates"]}
+    assert set(by) == set(CANDIDATES.split(","))
+    assert [c.candidate for c in written.candidates] == [c["candidate"] for c in printed["candidates"]]
+    for c in printed["candidates"]:
+        for key in ("candidate", "fits", "reason", "capacity_rps", "knee_rps", "operating_rps", "replicas",
+                    "cost_per_million_good_tokens", "cost_per_1k_good_requests", "binding_limit"):
+            assert key in c
+
+
+def test_70b_in_bf16_does_not_fit_one_a100_and_says_why(acceptance: tuple[dict, Path]) -> None:
+    row = next(c for c in acceptance[0]["candidates"] if c["candidate"] == "a100-80g/llama-3-70b")
+    assert row["fits"] is False and row["capacity_rps"] is None and row["replicas"] is None
+    assert "131.5 GiB" in row["reason"] and "raise tp" in row["reason"]
+
+
+def test_capacities_follow_the_hardware_and_every_fit_has_replicas_and_cost(acceptance: tuple[dict, Path]) -> None:
+    printed, _ = acceptance
+    by = {c["candidate"]: c for c in printed["candidates"]}
+    cap = {k.split("/")[0]: v["capacity_rps"] for k, v in by.items() if v["fits"]}
+    assert cap["h100-sxm"] > cap["a100-80g"] > cap["l40s"] > cap["l4"] > 0
+    for row in by.values():
+        if not row["fits"]:
+            continue
+        assert row["operating_rps"] == pytest.approx(row["capacity_rps"] * 0.9, rel=0.02)
+        # replicas cover the busiest minute at the operating point
+        assert row["replicas"] == math.ceil(printed["peak_rps"] / row["operating_rps"] - 1e-9)
+        assert row["cost_per_million_good_tokens"] > 0 and row["cost_per_1k_good_requests"] > 0
+        # $/M good tokens is the GPU-hour price over the good tokens per hour at the operating point
+        price = {"a100-80g": 1.8, "h100-sxm": 3, "l40s": 1.2, "l4": 0.8}[row["candidate"].split("/")[0]]
+        assert row["cost_per_million_good_tokens"] == pytest.approx(price / 3600 / row["goodput_tokens_per_s"] * 1e6)
+        assert row["binding_limit"] in ("kv_capacity", "prefill_compute", "decode_bandwidth",
+                                        "scheduler:max_num_seqs", "scheduler:token_budget")
+        # the search bracketed the boundary: a passing point at capacity and a failing one just above
+        pts = {p["speed"]: p for p in row["points"]}
+        assert pts[row["capacity_speed"]]["slo_attainment"] >= 0.99
+        above = min(s for s in pts if s > row["capacity_speed"] and s != row["operating_speed"])
+        assert pts[above]["slo_attainment"] < 0.99 and above / row["capacity_speed"] <= 1.021
+    # the table is sorted by cost: fitting candidates by $/M good tokens, the misfit last
+    costs = [c["cost_per_million_good_tokens"] for c in printed["candidates"] if c["fits"]]
+    assert costs == sorted(costs) and printed["candidates"][-1]["fits"] is False
+
+
+def test_plain_table_sorted_by_cost(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=5)
+    assert slogate(["plan", str(trace), "--slo", "ttft=0.1", "--attainment", "0.9", "--price", "h100-sxm=3,a100-80g=1",
+                    "--candidates", f"h100-sxm/llama-3-8b?max_num_seqs={MAX_SEQS}&jitter=0,"
+                    f"a100-80g/llama-3-8b?max_num_seqs={MAX_SEQS}&jitter=0", "--jobs", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("candidate") and "binding limit" in lines[0]
+    assert "\x1b[" not in "".join(lines)  # not a TTY: plain text
+    rows = [line.split()[0] for line in lines[1:3]]
+    assert rows == ["a100-80g/llama-3-8b?max_num_seqs=4&jitter=0", "h100-sxm/llama-3-8b?max_num_seqs=4&jitter=0"]
+
+
+def test_capacity_search_finds_the_known_capacity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=10)
+    out = tmp_path / "p"
+    assert slogate(["plan", str(trace), "--slo", "ttft=0.1", "--attainment", "0.9",
+                    "--candidates", f"h100-sxm/llama-3-8b?max_num_seqs={MAX_SEQS}&jitter=0", "--out", str(out)]) == 0
+    row = load(out).candidates[0]
+    assert row.capacity_rps == pytest.approx(capacity_rps(), rel=0.10)
+    assert row.binding_limit == "scheduler:max_num_seqs"  # 4 seats are the whole engine
+    assert row.knee_rps is not None and row.knee_rps <= capacity_rps() * 1.1
+
+
+def test_grid_expands_every_candidate() -> None:
+    base = cands.parse_candidates("h100/llama-3-8b?max_num_seqs=32,l4/llama-3-8b?dtype=int4")
+    grid = cands.parse_grid(["max_num_seqs=64,128", "max-num-batched-tokens=2048,8192"])
+    out = cands.expand(base, grid)
+    assert len(out) == 8
+    assert out[0].spec == "h100/llama-3-8b?max_num_seqs=64&max_num_batched_tokens=2048"
+    assert out[-1].spec == "l4/llama-3-8b?dtype=int4&max_num_seqs=128&max_num_batched_tokens=8192"
+    assert cands.expand(base, []) == base
+
+
+def test_feasibility_is_the_sims_memory_arithmetic() -> None:
+    gpu, model = find_gpu("l4"), find_model("llama-3-8b")
+    fit = feasibility.check(cands.parse_candidate("l4/llama-3-8b?dtype=int4"), 4096)
+    weights = model.params_b * 1e9 * 0.5 / GiB
+    assert fit.fits and fit.weights_gib == pytest.approx(weights, abs=0.01)
+    assert fit.kv_gib == pytest.approx(gpu.memory_gib * 0.9 - weights - ACTIVATION_RESERVE_GIB, abs=0.01)
+    assert fit.max_resident_seqs == fit.kv_blocks // (4096 // BLOCK_SIZE) > 0
+    tp2 = feasibility.check(cands.parse_candidate("a100-80g/llama-3-70b?tp=2"), 4096)
+    assert tp2.fits and tp2.max_resident_seqs > 0
+    assert not feasibility.check(cands.parse_candidate("l4/llama-3-8b"), 200_000).fits
+
+
+def test_peak_rate_replicas_and_cost() -> None:
+    arrivals = [i * 0.5 for i in range(240)] + [120 + i * 0.1 for i in range(600)]  # 2/s, then 10/s
+    assert cost.peak_rate(arrivals, 60) == pytest.approx(10.0, rel=0.02)
+    assert cost.peak_rate([0.0, 1.0], 60) == pytest.approx(2 / 60)
+    assert cost.replicas_for(10.0, 4.0) == 3 and cost.replicas_for(8.0, 4.0) == 2 and cost.replicas_for(1, None) is None
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--candidates", "h100"], "bad candidate 'h100'"),
+    (["--candidates", "b200/llama-3-8b"], "unknown GPU 'b200'"),
+    (["--candidates", "h100/llama-3-8b?tpp=2"], "unknown option 'tpp'"),
+    (["--candidates", "h100/llama-3-8b?tp=two"], "tp='two'"),
+    (["--candidates", "h100/llama-3-8b?dtype=fp3"], "unknown dtype 'fp3'"),
+    (["--candidates", "h100/llama-3-8b", "--grid", "max_num_seqs"], "bad --grid"),
+    (["--candidates", "h100/llama-3-8b", "--price", "h100=cheap"], "bad --price"),
+    (["--candidates", "h100/llama-3-8b", "--attainment", "1.5"], "bad --attainment"),
+    (["--candidates", "h100/llama-3-8b", "--headroom", "1"], "bad --headroom"),
+    (["--candidates", "h100/llama-3-8b", "--peak-window", "soon"], "bad duration 'soon'"),
+])
+def test_bad_values_are_one_line_usage_errors(args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert slogate(["plan", str(SAMPLE), "--slo", "ttft=2", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and len(err.splitlines()) == 1
+
+
+def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        slogate(["plan", "--help"])
+    assert "examples:" in capsys.readouterr().out
+    with pytest.raises(UsageError):
+        cands.parse_prices("l4")

@@ -1,0 +1,36 @@
+"""Plan vs measurement: the plan's virtual-time capacity for one candidate agrees within 10 % with a
+`slogate sweep` of the same trace against `slogate sim` over HTTP (real time, the sim in a child
+process started by the replay), bisected to the same attainment target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slogate.cli import main as slogate
+from slogate.replay.plan.output import load as load_plan
+from slogate.replay.sweep import load as load_sweep
+from tests.replay.test_compare_runs import make_trace, sim_target
+
+RATE = 20.0
+
+
+@pytest.mark.slow
+def test_plan_capacity_matches_a_measured_sweep(tmp_path: Path) -> None:
+    trace = make_trace(tmp_path / "t.jsonl.zst", rate=RATE, seconds=5)  # 100 requests
+    target = sim_target()
+    assert slogate(["plan", str(trace), "--slo", "ttft=0.1", "--attainment", "0.9",
+                    "--candidates", target.removeprefix("sim:"), "--out", str(tmp_path / "plan")]) == 0
+    planned = load_plan(tmp_path / "plan").candidates[0]
+    assert planned.capacity_speed is not None
+    lo, hi = planned.capacity_speed * 0.8, planned.capacity_speed * 1.25
+    assert slogate(["sweep", str(trace), "--target", target, "--model", "llama-3-8b", "--slo", "ttft=0.1",
+                    "--speeds", f"{lo:.3f},{hi:.3f}", "--attainment", "0.9", "--refine", "3",
+                    "--out", str(tmp_path / "sweep"), "--quiet"]) == 0
+    sweep = load_sweep(tmp_path / "sweep")
+    assert sweep.max_x_meeting_slo is not None, "the measured sweep met the SLO at no speed"
+    best = next(p for p in sweep.points if p.x == sweep.max_x_meeting_slo)
+    measured_rps = best.offered_rate_rps
+    print(f"plan {planned.capacity_rps:.2f} req/s, measured {measured_rps:.2f} req/s")
+    assert planned.capacity_rps == pytest.approx(measured_rps, rel=0.10)
