@@ -42,11 +42,11 @@ class RunSummary(msgspec.Struct, omit_defaults=False):
     failed_by_class: dict[str, int] = {}  # ErrorClass -> requests
     duration_s: float = 0.0  # length of the throughput window
     window_start_s: float = 0.0  # where the window starts (record time base: seconds from the trace/run start)
-    request_rate_rps: float = 0.0  # requests finished inside the window / window
+    request_rate_rps: float = 0.0  # requests inside the window (each by the share of its output produced there) / window
     offered_rate_rps: float | None = None
     output_tokens_per_s: float = 0.0  # output tokens produced inside the window (failed streams too) / window
-    total_tokens_per_s: float = 0.0  # + input tokens of the requests finished inside the window
-    samples_per_s: float = 0.0  # embeddings inputs (1 per other request) of requests finished inside
+    total_tokens_per_s: float = 0.0  # + input tokens of the requests inside the window (by the same shares)
+    samples_per_s: float = 0.0  # embeddings inputs (1 per other request), by the same shares
     goodput_rps: float = 0.0
     goodput_tokens_per_s: float = 0.0
     slo_attainment: float | None = None
@@ -178,11 +178,15 @@ def summarize(
     n = len(records)
     ok = [r for r in records if not is_error(r)]
     ends = [finished_at(r) for r in records]
-    inside = [start <= e <= end for e in ends]
     produced = [output_tokens_in(r, start, end) if r.output_tokens else 0.0 for r in records]
+    # How much of each request the window holds: the share of its output produced inside (a request
+    # without output: 1 when it finished inside). Requests/s and input tokens/s count these shares,
+    # so they follow the tokens: a request still streaming at the window's end counts in part.
+    share = [p / r.output_tokens if r.output_tokens else float(start <= e <= end)
+             for r, p, e in zip(records, produced, ends, strict=True)]
     out_inside = math.fsum(produced)
-    in_inside = sum(r.input_tokens or 0 for r, f in zip(records, inside, strict=True) if f)
-    samples = sum(r.n_inputs or 1 for r, f in zip(records, inside, strict=True) if f)
+    in_inside = math.fsum((r.input_tokens or 0) * f for r, f in zip(records, share, strict=True))
+    samples = math.fsum((r.n_inputs or 1) * f for r, f in zip(records, share, strict=True))
     failed_by_class: dict[str, int] = {}
     for r in records:
         cls = error_class(r)
@@ -194,7 +198,7 @@ def summarize(
         failed_by_class=dict(sorted(failed_by_class.items())),
         duration_s=window.length,
         window_start_s=start,
-        request_rate_rps=sum(inside) / span,
+        request_rate_rps=math.fsum(share) / span,
         offered_rate_rps=offered_rate_rps,
         output_tokens_per_s=out_inside / span,
         total_tokens_per_s=(in_inside + out_inside) / span,
@@ -217,7 +221,7 @@ def summarize(
         good = [i for i, r in enumerate(records) if is_good(r, slo)]
         summary.goodput_by_slo[slo.name] = {
             "good_requests": float(len(good)),
-            "goodput_rps": sum(1 for i in good if inside[i]) / span,
+            "goodput_rps": math.fsum(share[i] for i in good) / span,
             "goodput_tokens_per_s": math.fsum(produced[i] for i in good) / span,
             "slo_attainment": len(good) / n if n else 0.0,
         }
@@ -228,7 +232,7 @@ def summarize(
         summary.goodput_tokens_per_s = first["goodput_tokens_per_s"]
         summary.slo_attainment = first["slo_attainment"]
     else:  # no SLO: every successful request is good
-        summary.goodput_rps = sum(1 for r, f in zip(records, inside, strict=True) if f and not is_error(r)) / span
+        summary.goodput_rps = math.fsum(f for r, f in zip(records, share, strict=True) if not is_error(r)) / span
         summary.goodput_tokens_per_s = math.fsum(p for r, p in zip(records, produced, strict=True)
                                                  if not is_error(r)) / span
         summary.slo_attainment = len(ok) / n if n else None
