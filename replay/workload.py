@@ -27,6 +27,10 @@ class PlannedRequest(msgspec.Struct, omit_defaults=True):
     hash_ids: list[int] | None = None  # prefix blocks of `block_size` tokens (same id = same text)
     block_size: int | None = None  # only when it differs from the workload's
     session: str | None = None
+    turn: int | None = None  # position within the session (0-based)
+    parent_session: str | None = None  # a subagent's parent session
+    think: float | None = None  # s after the previous turn's completion (session timing)
+    after: int | None = None  # session timing: index of the request whose completion releases this one
     endpoint: str | None = None  # per-request override of the run's endpoint
     stream: bool | None = None  # per-request override of the run's stream setting
     warmup: bool = False  # sent, but excluded from the statistics
@@ -72,6 +76,9 @@ def from_records(records: Iterable[RequestRecord], *, default_block_size: int | 
                 hash_ids=list(r.hash_ids) if r.hash_ids else None,
                 block_size=r.block_size if r.block_size != default_block_size else None,
                 session=r.session,
+                turn=r.turn,
+                parent_session=r.parent_session,
+                think=r.think,
             )
         )
     return out
@@ -179,8 +186,52 @@ def shard(reqs: Sequence[PlannedRequest], i: int, n: int) -> list[PlannedRequest
 
 
 def split_for_workers(reqs: Sequence[PlannedRequest], workers: int) -> list[list[PlannedRequest]]:
-    """Round-robin split of a schedule over worker processes (each keeps intended times)."""
+    """Round-robin split of a schedule over worker processes (each keeps intended times); linked
+    session turns split by whole root sessions (a turn and its predecessor in one worker)."""
+    if any(r.after is not None for r in reqs):
+        return split(reqs, workers)
     return [list(reqs[w::workers]) for w in range(workers)]
+
+
+def _roots(linked: dict[int, PlannedRequest]) -> dict[int, str]:
+    """The root session of every linked turn (following `after` up to a turn with none)."""
+    root: dict[int, str] = {}
+
+    def find(i: int) -> str:
+        seen = []
+        while i not in root:
+            r = linked[i]
+            if r.after is None or r.after not in linked:
+                root[i] = r.session or ""
+                break
+            seen.append(i)
+            i = r.after
+        for j in seen:
+            root[j] = root[i]
+        return root[i]
+
+    for i in linked:
+        find(i)
+    return root
+
+
+def root_session(reqs: Sequence[PlannedRequest]) -> dict[int, str]:
+    """index → root session name (requests without a session map to their own index)."""
+    linked = {r.index: r for r in reqs if r.session is not None}
+    roots = _roots(linked)
+    return {r.index: roots.get(r.index, f"#{r.index}") for r in reqs}
+
+
+def split(reqs: Sequence[PlannedRequest], n: int) -> list[list[PlannedRequest]]:
+    """Whole sessions (with their subagents) per part, round-robin over root sessions."""
+    roots = root_session(reqs)
+    order: dict[str, int] = {}
+    parts: list[list[PlannedRequest]] = [[] for _ in range(n)]
+    for r in reqs:
+        k = order.setdefault(roots[r.index], len(order))
+        parts[k % n].append(r)
+    return parts
+
 
 
 def parse_window(text: str) -> tuple[float, float | None]:
