@@ -170,3 +170,18 @@ def test_bundled_agentic_sample_replays_on_llama31_70b() -> None:
     assert len(out.records) == 12 and out.results.summary.failed == 0
     assert out.results.sessions.sessions == 4 and out.results.sessions.subagents == 1
     assert 0.3 < out.results.prefix_cache_hit_rate < 1.0
+
+
+def test_sim_prefix_hit_rate_matches_the_ideal_and_drops_when_kv_is_small() -> None:
+    from slogate.traces import formats
+    from slogate.traces.stats import trace_stats
+
+    files = sorted((SAMPLES / "agentic").glob("*.json"))
+    ideal = trace_stats(formats.load(files, "agentic")[1]).ideal_prefix_reuse
+    w = _workload(files)
+    roomy = replay(w, ReplayOptions(target="sim:h200/llama-3.1-70b?tp=4", virtual=True))
+    assert ideal is not None and abs(roomy.results.prefix_cache_hit_rate - ideal) < 0.02
+    assert roomy.sim_stats["preemptions"] == 0
+    small = replay(w, ReplayOptions(target="sim:h200/llama-3.1-70b?tp=4&kv_blocks=400", virtual=True))
+    assert small.results.prefix_cache_hit_rate < ideal - 0.2 and small.sim_stats["preemptions"] > 0
+    assert small.results.summary.failed == 0
