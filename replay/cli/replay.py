@@ -65,7 +65,8 @@ def parser() -> argparse.ArgumentParser:
     a("--model", help="model name to send (default: the first of the target's /v1/models)")
     a("--out", help="output directory (default ./slogate-replay-YYYYmmdd-HHMMSS)")
     g = p.add_argument_group("workload")
-    g.add_argument("--synthetic", help="poisson:rate=R | gamma:rate=R,cv=C (or burstiness=B) | constant:rate=R | concurrency:c=N")
+    g.add_argument("--synthetic", help="poisson:rate=R | gamma:rate=R,cv=C (or burstiness=B) | constant:rate=R | concurrency:c=N | "
+                   "agentic:sessions=N,turns=T,think=S,growth=TOKENS,subagents=P,system=TOKENS,rate=R (sessions/s)")
     g.add_argument("--input-tokens", default="lognormal:median=512,sigma=0.6", help="synthetic prompt lengths: fixed:N, uniform:A,B, lognormal:median=N,sigma=S, empirical:TRACE")
     g.add_argument("--output-tokens", default="lognormal:median=128,sigma=0.6", help="synthetic output lengths (same forms)")
     g.add_argument("--concurrency", type=int, help="closed loop: keep C requests in flight (trace lengths, times ignored)")

@@ -185,3 +185,26 @@ def test_sim_prefix_hit_rate_matches_the_ideal_and_drops_when_kv_is_small() -> N
     small = replay(w, ReplayOptions(target="sim:h200/llama-3.1-70b?tp=4&kv_blocks=400", virtual=True))
     assert small.results.prefix_cache_hit_rate < ideal - 0.2 and small.sim_stats["preemptions"] > 0
     assert small.results.summary.failed == 0
+
+
+def test_synthetic_agentic_workload_is_seeded_and_session_timed() -> None:
+    from slogate.replay.profiles import synthesize
+
+    def make(seed: int):
+        ns = parser().parse_args(["--synthetic", "agentic:sessions=6,turns=4,think=0.5,subagents=0.5,system=1024",
+                                  "--input-tokens", "fixed:300", "--output-tokens", "fixed:20", "--target", "x",
+                                  "--seed", str(seed)])
+        return build_workload(ns)[0]
+
+    w = make(3)
+    assert w.requests == make(3).requests and w.requests != make(4).requests
+    roots = {r.session for r in w.requests if r.parent_session is None}
+    assert len(roots) == 6 and any(r.parent_session for r in w.requests)
+    firsts = [r for r in w.requests if r.turn == 0 and r.parent_session is None]
+    assert all(r.hash_ids[:16] == firsts[0].hash_ids[:16] for r in firsts)  # the shared system prompt
+    assert all(r.after is not None for r in w.requests if r.turn or r.parent_session)
+    out = replay(w, ReplayOptions(target="sim:h100-sxm/llama-3.1-8b?timing=constant&ttft_ms=20&itl_ms=5",
+                                  virtual=True, endpoint="completions"))
+    assert len(out.records) == len(w.requests) and max(abs(g) for g in _gaps(out.records)) < 1e-6
+    with pytest.raises(Exception, match="unknown --synthetic agentic parameter"):
+        synthesize("agentic:users=3")
