@@ -66,7 +66,18 @@ def from_records(records: Iterable[RequestRecord], *, default_block_size: int | 
         return []
     t0 = min(r.t for r in recs)
     out = []
+    last: dict[str, tuple[int, float]] = {}  # session → (turn, completion) of its latest record
     for i, r in enumerate(sorted(recs, key=lambda r: r.t)):
+        turn, think = r.turn, r.think
+        if r.session is not None and r.parent_session is None and (turn is None or think is None):
+            # a capture's session hash without turns: number them and take think = arrival − previous completion
+            prev = last.get(r.session)
+            if turn is None:
+                turn = 0 if prev is None else prev[0] + 1
+            if think is None and prev is not None:
+                think = max(0.0, r.t - prev[1])
+        if r.session is not None:
+            last[r.session] = (turn or 0, r.t + (r.e2e or 0.0))
         out.append(
             PlannedRequest(
                 t=r.t - t0,
@@ -76,9 +87,9 @@ def from_records(records: Iterable[RequestRecord], *, default_block_size: int | 
                 hash_ids=list(r.hash_ids) if r.hash_ids else None,
                 block_size=r.block_size if r.block_size != default_block_size else None,
                 session=r.session,
-                turn=r.turn,
+                turn=turn,
                 parent_session=r.parent_session,
-                think=r.think,
+                think=think,
             )
         )
     return out

@@ -8,6 +8,7 @@ candidate stretches sessions by its extra model time and keeps the think times.
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from slogate.replay.cli.replay import build_workload, parser
 from slogate.replay.run import ReplayOptions, replay
 from slogate.traces.record import RequestRecord
-from tests.replay.conftest import SAMPLES
+from tests.replay.conftest import SAMPLES, reference_pacer
 from tests.simserver import start_sim
 
 BLOCK = 16
@@ -125,11 +126,16 @@ def test_virtual_turns_follow_completion_plus_think(tmp_path) -> None:
 def test_http_turns_follow_completion_plus_think(tmp_path) -> None:
     w = _workload(write_sessions(tmp_path))
     with start_sim(timing="constant", ttft_ms=20, itl_ms=2) as sim:
-        out = replay(w, ReplayOptions(target=sim.url, endpoint="completions", tokenizer="none"))
+        start_at = time.time() + 1.0
+        # a bare pacer process over the same second measures this shared machine's stalls meanwhile
+        with reference_pacer([k * 0.01 for k in range(100)], start_at) as ref:
+            out = replay(w, ReplayOptions(target=sim.url, endpoint="completions", tokenizer="none",
+                                          start_at=start_at))
     _check_structure(out.records)
     gaps = _gaps(out.records)
     assert len(gaps) == 7
-    assert max(abs(g) for g in gaps) < 0.005, gaps
+    bound = max(0.005, ref.max + 0.002)  # 5 ms, unless other jobs stalled even a bare pacer longer
+    assert max(abs(g) for g in gaps) < bound, (gaps, ref.max)
     assert out.results.sessions is not None and out.results.sessions.turns == 10
 
 
@@ -208,3 +214,17 @@ def test_synthetic_agentic_workload_is_seeded_and_session_timed() -> None:
     assert len(out.records) == len(w.requests) and max(abs(g) for g in _gaps(out.records)) < 1e-6
     with pytest.raises(Exception, match="unknown --synthetic agentic parameter"):
         synthesize("agentic:users=3")
+
+
+def test_captured_sessions_without_turns_get_turns_and_think_from_timings() -> None:
+    """A gateway capture carries only the session hash: turns follow arrival order and think time is
+    arrival − the previous request's completion (t + e2e)."""
+    from slogate.replay.workload import from_records
+
+    recs = [RequestRecord(t=0.0, input_tokens=10, output_tokens=5, e2e=1.0, session="s"),
+            RequestRecord(t=0.5, input_tokens=10, output_tokens=5, e2e=1.0, session="u"),
+            RequestRecord(t=3.0, input_tokens=20, output_tokens=5, e2e=2.0, session="s"),
+            RequestRecord(t=6.5, input_tokens=30, output_tokens=5, e2e=1.0, session="s")]
+    plans = from_records(recs)
+    s = [p for p in plans if p.session == "s"]
+    assert [(p.turn, p.think) for p in s] == [(0, None), (1, 2.0), (2, 1.5)]
