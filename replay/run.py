@@ -210,6 +210,9 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
         if progress is not None:
             side.append(asyncio.create_task(progress.run(start)))
 
+    from slogate.replay.scrape import fetch
+
+    counters_before = await fetch(side_session, url, headers)  # prefix-cache counters, when exported
     interrupt.sending_began = True
     try:
         if workers == 1 and progress is None and not (replicas and len(replicas) > 1):
@@ -237,13 +240,19 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
         for task in side:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        counters_after = await fetch(side_session, url, headers) if counters_before else None
         await side_session.close()
     start_wall = t_wall_now + (start - t_mono_now)
     env = _environment(options, workload, info, forcing, plan.tokenizer + ("" if plan.exact else " (inexact)"),
                        start_wall, workers=workers)
     env.models = info.models
     env.prompt_base_tokens = plan.base_tokens if plan.tokenizer != "none" else None
-    return _output(items, workload, options, env, cpu=cpu, signum=interrupt.signum)
+    out = _output(items, workload, options, env, cpu=cpu, signum=interrupt.signum)
+    if not (replicas and len(replicas) > 1):  # one server's counters cover the whole run
+        from slogate.replay.sessions import counter_hit_rate
+
+        out.results.prefix_cache_hit_rate = counter_hit_rate(counters_before, counters_after)
+    return out
 
 
 def _shares(workload: Workload, workers: int, wspec: WorkerSpec) -> tuple[list, list[WorkerSpec]]:

@@ -195,3 +195,15 @@ def prefix_hit_rate(stats: dict[str, float] | None) -> float | None:
         return None
     q = stats.get("prefix_queries_tokens") or 0.0
     return stats.get("prefix_hits_tokens", 0.0) / q if q > 0 and not math.isnan(q) else None
+
+
+def counter_hit_rate(before: dict[str, float] | None, after: dict[str, float] | None) -> float | None:
+    """Prefix-cache hit rate over a run from a server's counters scraped before and after it
+    (`vllm:prefix_cache_hits_total` / `queries_total`); None when the server does not export them."""
+    if not before or not after:
+        return None
+    keys = ("prefix_cache_hits_total", "prefix_cache_queries_total")
+    if any(k not in before or k not in after for k in keys):
+        return None
+    queries = after[keys[1]] - before[keys[1]]
+    return (after[keys[0]] - before[keys[0]]) / queries if queries > 0 else None

@@ -137,6 +137,18 @@ def test_http_turns_follow_completion_plus_think(tmp_path) -> None:
     bound = max(0.005, ref.max + 0.002)  # 5 ms, unless other jobs stalled even a bare pacer longer
     assert max(abs(g) for g in gaps) < bound, (gaps, ref.max)
     assert out.results.sessions is not None and out.results.sessions.turns == 10
+    assert out.results.prefix_cache_hit_rate is None  # constant timing: the sim has no prefix cache
+
+
+def test_http_prefix_cache_hit_rate_from_the_server_counters(tmp_path) -> None:
+    """Over HTTP the rate comes from the target's vllm:prefix_cache_* counters (before/after the run);
+    it agrees with the virtual-time figure of the same sim."""
+    w = _workload(write_sessions(tmp_path))
+    with start_sim(gpu="h100-sxm", model="llama-3-8b", seed=1) as sim:
+        live = replay(w, ReplayOptions(target=sim.url, endpoint="completions"))
+    virtual = replay(w, ReplayOptions(target="sim:h100-sxm/llama-3-8b?seed=1", virtual=True, endpoint="completions"))
+    assert 0.2 < virtual.results.prefix_cache_hit_rate < 1.0
+    assert live.results.prefix_cache_hit_rate == pytest.approx(virtual.results.prefix_cache_hit_rate, abs=0.05)
 
 
 def test_session_start_and_recorded_timing(tmp_path) -> None:
