@@ -70,14 +70,23 @@ def link(reqs: Sequence[PlannedRequest], *, start: str = "recorded", seed: int =
     roots = sorted((s for s, turns in by_session.items() if not _parent_turn(turns[0], by_session)),
                    key=lambda s: (by_session[s][0].t, s))
     offsets = _offsets(roots, by_session, mode, param, seed)
+    spawned: dict[int, list[list[PlannedRequest]]] = defaultdict(list)  # parent turn → its child sessions
+    for turns in by_session.values():
+        parent = _parent_turn(turns[0], by_session)
+        if parent is not None:
+            spawned[parent.index].append(turns)
     for turns in by_session.values():
         parent = _parent_turn(turns[0], by_session)
         prev: PlannedRequest | None = parent
         for k, r in enumerate(turns):
             think = _think(r, prev, e2e.get(prev.index) if prev is not None else None)
             after = None if prev is None else prev.index
+            join = _joins(r, prev, spawned) if prev is not None and k else []
+            if join:  # the trace shows this turn waited for subagents: think counts from the last end
+                think = max(0.0, r.t - max(_end(q) for q in [prev, *join]))
             out[r.index] = msgspec.structs.replace(r, after=after, think=think if after is not None or k else r.think,
-                                                   turn=k if r.turn is None else r.turn)
+                                                   turn=k if r.turn is None else r.turn,
+                                                   join=[q.index for q in join] or None)
             prev = r
     root_of = _roots(out)
     shifted = []
@@ -90,6 +99,22 @@ def link(reqs: Sequence[PlannedRequest], *, start: str = "recorded", seed: int =
         shifted.append(p)
     shifted.sort(key=lambda r: (r.t, r.index))
     return shifted
+
+
+def _end(r: PlannedRequest) -> float:
+    return r.t + (r.e2e or 0.0)
+
+
+def _joins(turn: PlannedRequest, prev: PlannedRequest, spawned: dict[int, list[list[PlannedRequest]]]
+           ) -> list[PlannedRequest]:
+    """Last turns of the subagents spawned at `prev` that ended (as recorded) before `turn` arrived:
+    the parent waited for them (a tool call that returns the subagent's answer). Needs recorded e2e."""
+    out = []
+    for child in spawned.get(prev.index, ()):
+        last = child[-1]
+        if last.e2e is not None and _end(last) <= turn.t:
+            out.append(last)
+    return out
 
 
 def _parent_turn(first: PlannedRequest, by_session: dict[str, list[PlannedRequest]]) -> PlannedRequest | None:

@@ -34,6 +34,7 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
                                for p in workload.requests],
                         [p.think or 0.0 for p in workload.requests], config,
                         group=[groups.setdefault(roots[p.index], len(groups)) for p in workload.requests],
+                        join=[[pos[j] for j in p.join if j in pos] if p.join else None for p in workload.requests],
                         stop_on_error=stop_on_error)
     elif workload.concurrency:  # with --duration the share repeats until then, as a live closed loop does
         run = closed_loop(reqs, workload.concurrency, config, duration=workload.duration_s)

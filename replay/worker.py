@@ -105,11 +105,16 @@ async def run_share(spec: WorkerSpec, share: list[PlannedRequest], start: float,
         bodies: dict[int, bytes] = {}
         indexes = {r.index for r in share}
         followers: dict[int, list[PlannedRequest]] = {}
+        waiting: dict[int, int] = {}  # session timing: a turn's predecessors not finished yet
+        latest: dict[int, float] = {}  # … and the latest completion among those that finished
         for r in share:
-            if r.after is not None and r.after in indexes:
-                followers.setdefault(r.after, []).append(r)
+            preds = [j for j in ([r.after] if r.after is not None else []) + (r.join or []) if j in indexes]
+            for j in preds:
+                followers.setdefault(j, []).append(r)
+            if preds:
+                waiting[r.index] = len(preds)
         linked = bool(followers)
-        roots = [r for r in share if r.after is None or r.after not in indexes] if linked else share
+        roots = [r for r in share if r.index not in waiting] if linked else share
 
         def begin(req: PlannedRequest, intended_ns: int) -> InFlight:
             body = bodies.pop(req.index, None) or request_body(builder, spec, req)
@@ -137,7 +142,10 @@ async def run_share(spec: WorkerSpec, share: list[PlannedRequest], start: float,
             if followers and not (spec.stop_on_error and is_error(record)):
                 done = start + record.t + record.e2e if record.e2e is not None else time.perf_counter()
                 for nxt in followers.get(req.index, ()):
-                    spawn(follow(nxt, done + (nxt.think or 0.0)))
+                    waiting[nxt.index] -= 1
+                    latest[nxt.index] = max(latest.get(nxt.index, done), done)
+                    if waiting[nxt.index] == 0:
+                        spawn(follow(nxt, latest[nxt.index] + (nxt.think or 0.0)))
 
         async def follow(req: PlannedRequest, deadline: float) -> None:
             """A turn sent its think time after the previous turn completed (session timing)."""

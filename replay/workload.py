@@ -31,6 +31,8 @@ class PlannedRequest(msgspec.Struct, omit_defaults=True):
     parent_session: str | None = None  # a subagent's parent session
     think: float | None = None  # s after the previous turn's completion (session timing)
     after: int | None = None  # session timing: index of the request whose completion releases this one
+    join: list[int] | None = None  # session timing: more requests (subagents' last turns) to wait for
+    e2e: float | None = None  # recorded model time of a session turn (tells whether its parent waited)
     endpoint: str | None = None  # per-request override of the run's endpoint
     stream: bool | None = None  # per-request override of the run's stream setting
     warmup: bool = False  # sent, but excluded from the statistics
@@ -90,6 +92,7 @@ def from_records(records: Iterable[RequestRecord], *, default_block_size: int | 
                 turn=turn,
                 parent_session=r.parent_session,
                 think=think,
+                e2e=r.e2e if r.session is not None else None,
             )
         )
     return out

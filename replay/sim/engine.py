@@ -375,9 +375,10 @@ def closed_loop(requests: Sequence[SimRequest], concurrency: int, config: SimCon
 
 def dependent(requests: Sequence[SimRequest], after: Sequence[int | None], delay: Sequence[float],
               config: SimConfig | None = None, *, group: Sequence[int] | None = None,
-              stop_on_error: bool = False) -> SimRun:
+              join: Sequence[Sequence[int] | None] | None = None, stop_on_error: bool = False) -> SimRun:
     """Sessions: request i with `after[i] = j` arrives `delay[i]` virtual seconds after request j
-    finished (its last token, or its failure); with `after[i] = None` at its own arrival. Arrival
+    finished (its last token, or its failure); with `after[i] = None` at its own arrival. `join[i]`
+    lists more requests it waits for (delay counted from the last of them to finish). Arrival
     times of dependent requests are ignored (they become the release times). `group[i]` picks the
     replica (group mod replicas: a session and its subagents stay on one). With `stop_on_error` a
     failed request releases nothing, and requests never released are left out of the results
@@ -387,9 +388,14 @@ def dependent(requests: Sequence[SimRequest], after: Sequence[int | None], delay
     spec, engines = _engines(config)
     rng = random.Random(config.seed)
     followers: dict[int, list[int]] = {}
+    waiting: dict[int, int] = {}  # request → predecessors not finished yet
+    latest: dict[int, float] = {}  # request → latest end among its finished predecessors
     for i, a in enumerate(after):
-        if a is not None:
-            followers.setdefault(a, []).append(i)
+        preds = ([] if a is None else [a]) + list((join[i] or ()) if join is not None else ())
+        for j in preds:
+            followers.setdefault(j, []).append(i)
+        if preds:
+            waiting[i] = len(preds)
     reqs: list[SimReq] = []
     results: list[SimResult] = []
 
@@ -411,9 +417,12 @@ def dependent(requests: Sequence[SimRequest], after: Sequence[int | None], delay
         if stop_on_error and (res.error is not None or len(res.token_times) < res.output_tokens):
             return
         for j in followers.get(i, ()):
-            release(j, t_end + max(0.0, delay[j]))
+            waiting[j] -= 1
+            latest[j] = max(latest.get(j, t_end), t_end)
+            if waiting[j] == 0:
+                release(j, latest[j] + max(0.0, delay[j]))
 
-    roots = sorted((i for i, a in enumerate(after) if a is None), key=lambda i: requests[i].arrival)
+    roots = sorted((i for i in range(len(requests)) if i not in waiting), key=lambda i: requests[i].arrival)
     for i in roots:
         release(i, requests[i].arrival)
     for engine in engines:

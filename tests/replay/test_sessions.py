@@ -240,3 +240,32 @@ def test_captured_sessions_without_turns_get_turns_and_think_from_timings() -> N
     plans = from_records(recs)
     s = [p for p in plans if p.session == "s"]
     assert [(p.turn, p.think) for p in s] == [(0, None), (1, 2.0), (2, 1.5)]
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_parent_waits_for_a_subagent_when_the_trace_shows_it(tmp_path, live: bool) -> None:
+    """The parent's next turn arrived (as recorded) after its subagent ended: on the candidate it is
+    sent think time after the later of its own previous turn and the subagent's last turn."""
+    a = _turns(2, 1, 0.0, 0.3)
+    a[1]["t"] = 0.6  # the subagent below ends at 0.45: the parent waited for it, then thought 0.15 s
+    sub = _turns(2, 100, 0.15, 0.1)
+    sub[0]["think_time"] = 0.05
+    p = tmp_path / "a.json"
+    p.write_text(json.dumps({"block_size": BLOCK, "hash_id_scope": "local",
+                             "requests": [a[0], {"t": 0.15, "type": "subagent", "requests": sub}, a[1]]}))
+    w = _workload([p])
+    parent1 = next(r for r in w.requests if r.session == "a" and r.turn == 1)
+    assert parent1.join and parent1.think == pytest.approx(0.15)
+    if live:
+        with start_sim(timing="constant", ttft_ms=20, itl_ms=5) as sim:
+            out = replay(w, ReplayOptions(target=sim.url, endpoint="completions", tokenizer="none"))
+        tol = 0.02  # a shared machine's wake-ups; the order below is what matters
+    else:
+        out = replay(w, ReplayOptions(target="sim:h100-sxm/llama-3-8b?timing=constant&ttft_ms=20&itl_ms=5",
+                                      virtual=True, endpoint="completions"))
+        tol = 1e-6
+    by = _by_session(out.records)
+    sub_end = by["a.1"][-1].t + by["a.1"][-1].e2e
+    own_end = by["a"][0].t + by["a"][0].e2e
+    assert sub_end > own_end
+    assert by["a"][1].t == pytest.approx(sub_end + 0.15, abs=tol)
