@@ -105,12 +105,13 @@ def _check_exists(paths: Sequence[str]) -> None:
 
 
 def _traces(files: Sequence[str], fmt: str | None) -> list[tuple[str, str, TraceHeader, list[RequestRecord]]]:
-    """(label, format, header, records) per trace: slogate files together, other formats one by one."""
+    """(label, format, header, records) per trace: slogate (or agentic) files together, other formats one by one."""
     _check_exists(files)
     fmts = [fmt or formats.guess_format(f) for f in files]
-    if all(f == "slogate" for f in fmts):
-        header, records = formats.load(list(files), "slogate")
-        return [(" ".join(files), "slogate", header, records)]
+    for multi in ("slogate", "agentic"):  # segments of one capture; concurrent sessions of one run
+        if all(f == multi for f in fmts):
+            header, records = formats.load(list(files), multi)
+            return [(" ".join(files), multi, header, records)]
     return [(f, g, *formats.load(f, g)) for f, g in zip(files, fmts, strict=True)]
 
 

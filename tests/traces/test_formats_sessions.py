@@ -82,3 +82,17 @@ def test_stats_sessions_and_ideal_reuse(tmp_path) -> None:
     total = 64 * (2 + 4 + 1 + 2 + 3)
     assert s.ideal_prefix_reuse == pytest.approx(64 * (2 + 1 + 2) / total)
     assert ideal_prefix_reuse([]) is None
+
+
+def test_trace_stats_reads_several_session_files_as_one_trace(capsys) -> None:
+    from pathlib import Path
+
+    import slogate.traces.samples
+    from slogate.traces.trace_cli import main
+
+    folder = Path(slogate.traces.samples.__file__).parent / "agentic"  # installed as package data
+    files = sorted(str(p) for p in folder.glob("*.json"))
+    assert main(["stats", *files, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["requests"] == 12 and out["sessions"]["sessions"] == 4 and out["sessions"]["subagents"] == 1
+    assert 0.6 < out["ideal_prefix_reuse"] < 0.7
