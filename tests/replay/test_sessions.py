@@ -269,3 +269,13 @@ def test_parent_waits_for_a_subagent_when_the_trace_shows_it(tmp_path, live: boo
     own_end = by["a"][0].t + by["a"][0].e2e
     assert sub_end > own_end
     assert by["a"][1].t == pytest.approx(sub_end + 0.15, abs=tol)
+
+
+def test_http_sessions_split_over_worker_processes(tmp_path) -> None:
+    """Two sender processes: whole sessions per process, so each turn still follows its predecessor."""
+    w = _workload(write_sessions(tmp_path))
+    with start_sim(timing="constant", ttft_ms=20, itl_ms=2) as sim:
+        out = replay(w, ReplayOptions(target=sim.url, endpoint="completions", tokenizer="none", workers=2))
+    assert out.results.environment.workers == 2
+    _check_structure(out.records)
+    assert max(abs(g) for g in _gaps(out.records)) < 0.02  # the order and the think times; precision: above
