@@ -278,4 +278,5 @@ def test_http_sessions_split_over_worker_processes(tmp_path) -> None:
         out = replay(w, ReplayOptions(target=sim.url, endpoint="completions", tokenizer="none", workers=2))
     assert out.results.environment.workers == 2
     _check_structure(out.records)
-    assert max(abs(g) for g in _gaps(out.records)) < 0.02  # the order and the think times; precision: above
+    # order and think times (recorded timing would be ~60 ms off per turn); 3 processes share 2 cores here
+    assert max(abs(g) for g in _gaps(out.records)) < 0.05
