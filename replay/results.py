@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import msgspec
 
+from slogate.replay.sessions import SessionsSummary
 from slogate.traces.summary import RunSummary
 
 RESULTS_SCHEMA_VERSION = 2  # 2: one summary (traces.summary), offered-window throughput, drain, drift counts
@@ -65,6 +66,8 @@ class Results(msgspec.Struct, omit_defaults=False):
     environment: Environment = msgspec.field(default_factory=Environment)
     summary: RunSummary = msgspec.field(default_factory=RunSummary)
     point: dict[str, float] = {}  # sweep point (speed / rate / concurrency) when part of a sweep
+    sessions: SessionsSummary | None = None  # session-timed replays (replay.sessions.summarize)
+    prefix_cache_hit_rate: float | None = None  # prompt tokens served from the prefix cache (exact: --virtual)
 
 
 def write_json(obj: msgspec.Struct, path: str | Path) -> None:

@@ -66,6 +66,7 @@ class ReplayOptions(msgspec.Struct, kw_only=True):
     trace: str | None = None
     trace_digest: str | None = None
     keep_chunk_times: bool = True
+    stop_on_error: bool = False  # session timing: a failed turn ends its session (--on-turn-error stop)
     drain_timeout_s: float = 5.0  # after Ctrl-C/SIGTERM: how long requests in flight may finish before cancel
 
 
@@ -130,7 +131,8 @@ def _run_virtual(workload: Workload, options: ReplayOptions, path: str) -> RunOu
     from slogate.replay.virtual import run_virtual
 
     t_wall = time.time()
-    items, stats = run_virtual(workload, spec.sim, endpoint=path, model=options.model or spec.sim.get("model"))
+    items, stats = run_virtual(workload, spec.sim, endpoint=path, model=options.model or spec.sim.get("model"),
+                               stop_on_error=options.stop_on_error)
     env = _environment(options, workload, Probe(models=[spec.sim.get("model", "")], kind="slogate-sim"),
                        Forcing("exact (virtual)"), "virtual", t_wall, workers=0)
     env.clock = "virtual"
@@ -168,7 +170,8 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
     client = ClientConfig(base_url=url, model=model, endpoint=path, stream=options.stream, headers=headers,
                           timeout_s=options.timeout_s, retries=options.retries,
                           retry_backoff_s=options.retry_backoff_s, keep_chunk_times=options.keep_chunk_times)
-    wspec = WorkerSpec(client=client, plan=plan, forcing=forcing, duration_s=workload.duration_s)
+    wspec = WorkerSpec(client=client, plan=plan, forcing=forcing, duration_s=workload.duration_s,
+                       stop_on_error=options.stop_on_error)
     items: list[Item] = []
     progress = None
     if options.progress:
@@ -207,6 +210,9 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
         if progress is not None:
             side.append(asyncio.create_task(progress.run(start)))
 
+    from slogate.replay.scrape import fetch
+
+    counters_before = await fetch(side_session, url, headers)  # prefix-cache counters, when exported
     interrupt.sending_began = True
     try:
         if workers == 1 and progress is None and not (replicas and len(replicas) > 1):
@@ -234,13 +240,19 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
         for task in side:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        counters_after = await fetch(side_session, url, headers) if counters_before else None
         await side_session.close()
     start_wall = t_wall_now + (start - t_mono_now)
     env = _environment(options, workload, info, forcing, plan.tokenizer + ("" if plan.exact else " (inexact)"),
                        start_wall, workers=workers)
     env.models = info.models
     env.prompt_base_tokens = plan.base_tokens if plan.tokenizer != "none" else None
-    return _output(items, workload, options, env, cpu=cpu, signum=interrupt.signum)
+    out = _output(items, workload, options, env, cpu=cpu, signum=interrupt.signum)
+    if not (replicas and len(replicas) > 1):  # one server's counters cover the whole run
+        from slogate.replay.sessions import counter_hit_rate
+
+        out.results.prefix_cache_hit_rate = counter_hit_rate(counters_before, counters_after)
+    return out
 
 
 def _shares(workload: Workload, workers: int, wspec: WorkerSpec) -> tuple[list, list[WorkerSpec]]:
@@ -312,6 +324,10 @@ def _output(items: list[Item], workload: Workload, options: ReplayOptions, env: 
                                               lag_bound_s=options.lag_bound_s)
     if signum is not None:
         finish.mark_interrupted(results.summary, items, planned=_planned(workload))
+    from slogate.replay import sessions
+
+    results.sessions = sessions.summarize(records)
+    results.prefix_cache_hit_rate = sessions.prefix_hit_rate(sim_stats)
     return RunOutput(results=results, records=records, header=header, client_cpu_s=cpu, sim_stats=sim_stats,
                      signal=signum)
 

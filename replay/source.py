@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -27,27 +28,35 @@ class LoadedTrace(msgspec.Struct):
     digest: str  # sha256 of the file bytes (of every segment, in order, for a directory)
 
 
-def load_trace(path: str | os.PathLike[str], fmt: str | None = None) -> LoadedTrace:
-    """Read a trace; a missing file or an unknown format is a one-line `UsageError`."""
+def load_trace(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], fmt: str | None = None, *,
+               block_size: int | None = None) -> LoadedTrace:
+    """Read a trace (several files: slogate segments or agentic sessions); a missing file or an
+    unknown format is a one-line `UsageError`. `block_size`: tokens per hash id (Mooncake files)."""
     from slogate.traces import formats
     from slogate.traces.segments import TraceError
 
-    p = Path(path)
-    if not p.exists():
-        raise UsageError(f"no such trace file: {path}")
+    paths = [Path(path)] if isinstance(path, str | os.PathLike) else [Path(q) for q in path]
+    for p in paths:
+        if not p.exists():
+            raise UsageError(f"no such trace file: {p}")
+    if block_size is not None and block_size < 1:
+        raise UsageError(f"bad --block-size {block_size}: tokens per hash id, e.g. 16, 64 or 512")
     try:
-        fmt = fmt or formats.guess_format(p)
-        header, records = formats.load(p, fmt)
+        fmt = fmt or formats.guess_format(paths[0])
+        header, records = formats.load(paths if len(paths) > 1 else paths[0], fmt, block_size=block_size)
     except (formats.FormatError, TraceError) as exc:
         raise UsageError(str(exc)) from None
     except (ValueError, msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read trace {path} as {fmt}: {exc}") from None
-    return LoadedTrace(header=header, records=records, path=str(p), fmt=fmt or "", digest=digest(p))
+        raise UsageError(f"cannot read trace {paths[0]} as {fmt}: {exc}") from None
+    if block_size is not None and fmt != "mooncake":
+        header.block_size, header.block_unit = block_size, "tokens"
+    name = str(paths[0]) if len(paths) == 1 else ",".join(p.name for p in paths)
+    return LoadedTrace(header=header, records=records, path=name, fmt=fmt or "", digest=digest(*paths))
 
 
-def digest(path: Path) -> str:
+def digest(*paths: Path) -> str:
     h = hashlib.sha256()
-    files = sorted(q for q in path.iterdir() if q.is_file()) if path.is_dir() else [path]
+    files = [f for path in paths for f in (sorted(q for q in path.iterdir() if q.is_file()) if path.is_dir() else [path])]
     for f in files:
         with open(f, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):

@@ -11,11 +11,13 @@ from slogate.replay.worker import REPEAT_INDEX_STEP, Item
 from slogate.replay.workload import Workload
 
 
-def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, model: str | None
-                ) -> tuple[list[Item], dict[str, float]]:
-    """Simulate the workload; returns (items, engine stats)."""
-    from slogate.replay.sim.engine import SimRequest, closed_loop, run_virtual
+def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, model: str | None,
+                stop_on_error: bool = False) -> tuple[list[Item], dict[str, float]]:
+    """Simulate the workload; returns (items, engine stats). Linked turns (session timing) go
+    through the sim's dependent-release API: each is sent its think time after its predecessor ended."""
+    from slogate.replay.sim.engine import SimRequest, closed_loop, dependent, run_virtual
     from slogate.replay.target import sim_config
+    from slogate.replay.workload import root_session
 
     config = sim_config(sim_opts)
     reqs = [
@@ -23,7 +25,18 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
                    hash_block_tokens=p.block_size or workload.block_size, id=p.index)
         for p in workload.requests
     ]
-    if workload.concurrency:  # with --duration the share repeats until then, as a live closed loop does
+    linked = any(p.after is not None for p in workload.requests)
+    if linked and not workload.concurrency:
+        pos = {p.index: i for i, p in enumerate(workload.requests)}
+        roots = root_session(workload.requests)
+        groups: dict[str, int] = {}
+        run = dependent(reqs, [None if p.after is None or p.after not in pos else pos[p.after]
+                               for p in workload.requests],
+                        [p.think or 0.0 for p in workload.requests], config,
+                        group=[groups.setdefault(roots[p.index], len(groups)) for p in workload.requests],
+                        join=[[pos[j] for j in p.join if j in pos] if p.join else None for p in workload.requests],
+                        stop_on_error=stop_on_error)
+    elif workload.concurrency:  # with --duration the share repeats until then, as a live closed loop does
         run = closed_loop(reqs, workload.concurrency, config, duration=workload.duration_s)
     else:
         run = run_virtual(reqs, config)
@@ -39,6 +52,7 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
         rec.max_tokens = plan.output_tokens
         rec.hash_ids = plan.hash_ids
         rec.session = plan.session
+        rec.turn, rec.parent_session, rec.think = plan.turn, plan.parent_session, plan.think
         if res.token_times:
             rec.chunk_times = [round(x - res.arrival, 9) for x in res.token_times]
         items.append(Item(index, plan.input_tokens, plan.warmup, rec))

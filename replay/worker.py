@@ -23,7 +23,7 @@ from slogate.replay.interrupt import Stop
 from slogate.replay.pacer import pace
 from slogate.replay.prompts import PromptBuilder, PromptPlan
 from slogate.replay.workload import PlannedRequest
-from slogate.traces.record import RequestRecord
+from slogate.traces.record import RequestRecord, is_error
 
 FLUSH_S = 0.2
 
@@ -48,6 +48,7 @@ class WorkerSpec(msgspec.Struct):
     concurrency: int | None = None  # closed loop (this worker's share of C)
     duration_s: float | None = None  # stop sending after this long (closed loop / safety)
     chat_endpoint: bool = True
+    stop_on_error: bool = False  # session timing: a failed turn ends its session (--on-turn-error stop)
 
 
 def request_body(builder: PromptBuilder, spec: WorkerSpec, req: PlannedRequest) -> bytes:
@@ -102,6 +103,18 @@ async def run_share(spec: WorkerSpec, share: list[PlannedRequest], start: float,
     pool = new_pool(spec.client)
     try:
         bodies: dict[int, bytes] = {}
+        indexes = {r.index for r in share}
+        followers: dict[int, list[PlannedRequest]] = {}
+        waiting: dict[int, int] = {}  # session timing: a turn's predecessors not finished yet
+        latest: dict[int, float] = {}  # … and the latest completion among those that finished
+        for r in share:
+            preds = [j for j in ([r.after] if r.after is not None else []) + (r.join or []) if j in indexes]
+            for j in preds:
+                followers.setdefault(j, []).append(r)
+            if preds:
+                waiting[r.index] = len(preds)
+        linked = bool(followers)
+        roots = [r for r in share if r.index not in waiting] if linked else share
 
         def begin(req: PlannedRequest, intended_ns: int) -> InFlight:
             body = bodies.pop(req.index, None) or request_body(builder, spec, req)
@@ -117,16 +130,40 @@ async def run_share(spec: WorkerSpec, share: list[PlannedRequest], start: float,
                 record = client.interrupted(spec.client, f)
             finally:
                 collector.in_flight -= 1
-            record.t = req.t if spec.concurrency is None else (intended_ns * 1e-9 - start)
+            if linked:  # session timing: t is the actual send offset
+                record.t = intended_ns * 1e-9 - start + (record.lag or 0.0)
+            else:
+                record.t = req.t if spec.concurrency is None else (intended_ns * 1e-9 - start)
             record.max_tokens = req.output_tokens
             record.hash_ids = req.hash_ids
             record.session = req.session
+            record.turn, record.parent_session, record.think = req.turn, req.parent_session, req.think
             collector.add(req, record)
+            if followers and not (spec.stop_on_error and is_error(record)):
+                done = start + record.t + record.e2e if record.e2e is not None else time.perf_counter()
+                for nxt in followers.get(req.index, ()):
+                    waiting[nxt.index] -= 1
+                    latest[nxt.index] = max(latest.get(nxt.index, done), done)
+                    if waiting[nxt.index] == 0:
+                        spawn(follow(nxt, latest[nxt.index] + (nxt.think or 0.0)))
 
-        def fire(req: PlannedRequest, intended_ns: int) -> None:
-            task = asyncio.create_task(one(req, intended_ns, begin(req, intended_ns)))
+        async def follow(req: PlannedRequest, deadline: float) -> None:
+            """A turn sent its think time after the previous turn completed (session timing)."""
+            from slogate.replay.pacer import sleep_until
+
+            if time.perf_counter() < deadline:
+                await sleep_until(deadline)
+            if not stop.sending.is_set():
+                intended = round(deadline * 1e9)
+                await one(req, intended, begin(req, intended))
+
+        def spawn(coro) -> None:  # type: ignore[no-untyped-def]
+            task = asyncio.create_task(coro)
             tasks.add(task)
             task.add_done_callback(tasks.discard)
+
+        def fire(req: PlannedRequest, intended_ns: int) -> None:
+            spawn(one(req, intended_ns, begin(req, intended_ns)))
 
         def prepare(req: PlannedRequest) -> None:
             bodies[req.index] = request_body(builder, spec, req)
@@ -135,10 +172,13 @@ async def run_share(spec: WorkerSpec, share: list[PlannedRequest], start: float,
             pass  # stopped before the start: nothing is sent
         elif spec.concurrency is None:
             deadline = None if spec.duration_s is None else start + spec.duration_s
-            pacer = asyncio.create_task(pace(share, start, lambda r: r.t, fire, prepare=prepare,
+            pacer = asyncio.create_task(pace(roots, start, lambda r: r.t, fire, prepare=prepare,
                                              stopped=(lambda: time.perf_counter() >= deadline) if deadline else None))
             await _until_done_or(pacer, stop.sending)
-            await _drain(set(tasks), stop.cancel)
+            while tasks:  # session turns keep spawning the next one until every session ended
+                await _drain(set(tasks), stop.cancel)
+                if stop.cancel.is_set():
+                    break
         else:
             from slogate.replay.pacer import sleep_until
 

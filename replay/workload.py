@@ -27,6 +27,12 @@ class PlannedRequest(msgspec.Struct, omit_defaults=True):
     hash_ids: list[int] | None = None  # prefix blocks of `block_size` tokens (same id = same text)
     block_size: int | None = None  # only when it differs from the workload's
     session: str | None = None
+    turn: int | None = None  # position within the session (0-based)
+    parent_session: str | None = None  # a subagent's parent session
+    think: float | None = None  # s after the previous turn's completion (session timing)
+    after: int | None = None  # session timing: index of the request whose completion releases this one
+    join: list[int] | None = None  # session timing: more requests (subagents' last turns) to wait for
+    e2e: float | None = None  # recorded model time of a session turn (tells whether its parent waited)
     endpoint: str | None = None  # per-request override of the run's endpoint
     stream: bool | None = None  # per-request override of the run's stream setting
     warmup: bool = False  # sent, but excluded from the statistics
@@ -62,7 +68,18 @@ def from_records(records: Iterable[RequestRecord], *, default_block_size: int | 
         return []
     t0 = min(r.t for r in recs)
     out = []
+    last: dict[str, tuple[int, float]] = {}  # session → (turn, completion) of its latest record
     for i, r in enumerate(sorted(recs, key=lambda r: r.t)):
+        turn, think = r.turn, r.think
+        if r.session is not None and r.parent_session is None and (turn is None or think is None):
+            # a capture's session hash without turns: number them and take think = arrival − previous completion
+            prev = last.get(r.session)
+            if turn is None:
+                turn = 0 if prev is None else prev[0] + 1
+            if think is None and prev is not None:
+                think = max(0.0, r.t - prev[1])
+        if r.session is not None:
+            last[r.session] = (turn or 0, r.t + (r.e2e or 0.0))
         out.append(
             PlannedRequest(
                 t=r.t - t0,
@@ -72,6 +89,10 @@ def from_records(records: Iterable[RequestRecord], *, default_block_size: int | 
                 hash_ids=list(r.hash_ids) if r.hash_ids else None,
                 block_size=r.block_size if r.block_size != default_block_size else None,
                 session=r.session,
+                turn=turn,
+                parent_session=r.parent_session,
+                think=think,
+                e2e=r.e2e if r.session is not None else None,
             )
         )
     return out
@@ -179,8 +200,52 @@ def shard(reqs: Sequence[PlannedRequest], i: int, n: int) -> list[PlannedRequest
 
 
 def split_for_workers(reqs: Sequence[PlannedRequest], workers: int) -> list[list[PlannedRequest]]:
-    """Round-robin split of a schedule over worker processes (each keeps intended times)."""
+    """Round-robin split of a schedule over worker processes (each keeps intended times); linked
+    session turns split by whole root sessions (a turn and its predecessor in one worker)."""
+    if any(r.after is not None for r in reqs):
+        return split(reqs, workers)
     return [list(reqs[w::workers]) for w in range(workers)]
+
+
+def _roots(linked: dict[int, PlannedRequest]) -> dict[int, str]:
+    """The root session of every linked turn (following `after` up to a turn with none)."""
+    root: dict[int, str] = {}
+
+    def find(i: int) -> str:
+        seen = []
+        while i not in root:
+            r = linked[i]
+            if r.after is None or r.after not in linked:
+                root[i] = r.session or ""
+                break
+            seen.append(i)
+            i = r.after
+        for j in seen:
+            root[j] = root[i]
+        return root[i]
+
+    for i in linked:
+        find(i)
+    return root
+
+
+def root_session(reqs: Sequence[PlannedRequest]) -> dict[int, str]:
+    """index → root session name (requests without a session map to their own index)."""
+    linked = {r.index: r for r in reqs if r.session is not None}
+    roots = _roots(linked)
+    return {r.index: roots.get(r.index, f"#{r.index}") for r in reqs}
+
+
+def split(reqs: Sequence[PlannedRequest], n: int) -> list[list[PlannedRequest]]:
+    """Whole sessions (with their subagents) per part, round-robin over root sessions."""
+    roots = root_session(reqs)
+    order: dict[str, int] = {}
+    parts: list[list[PlannedRequest]] = [[] for _ in range(n)]
+    for r in reqs:
+        k = order.setdefault(roots[r.index], len(order))
+        parts[k % n].append(r)
+    return parts
+
 
 
 def parse_window(text: str) -> tuple[float, float | None]:

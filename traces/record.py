@@ -86,7 +86,10 @@ class RequestRecord(msgspec.Struct, omit_defaults=True, gc=False):
     error: ErrorClass | None = None  # why the request failed (None: it did not)
     upstream: str | None = None
     pool: str | None = None
-    session: str | None = None  # keyed hash of a session/user key, if configured
+    session: str | None = None  # keyed hash of a session/user key, or an imported session id
+    turn: int | None = None  # 0-based position of the request within its session
+    parent_session: str | None = None  # the session that spawned this one (a subagent)
+    think: float | None = None  # s from the previous turn's completion to this turn's arrival
     hash_ids: list[int] | None = None  # chained prefix-block ids (see traces.anonymize)
     block_size: int | None = None  # only when it differs from the header's
     cached_tokens: int | None = None

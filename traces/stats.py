@@ -1,7 +1,8 @@
 """Trace statistics: a pure function from records to the numbers `slogate trace stats` prints.
 
 The shape of the load (span, mean rate, inter-arrival CV, token mean/p50/p99, prefix reuse: share of
-prompt blocks whose id already appeared earlier) plus the one summary of `traces.summary` (latency,
+prompt blocks whose id already appeared earlier; ideal prefix reuse; sessions, turns, think time and
+context growth) plus the one summary of `traces.summary` (latency,
 throughput, goodput, failures), exactly as every other surface computes it. Never reads files.
 """
 
@@ -38,6 +39,18 @@ class TraceStats(msgspec.Struct):
     errors: int = 0  # failed requests (non-2xx, error class, abnormal finish)
     input_estimated: int = 0  # records whose input_tokens is the gateway's estimate (no usage was sent)
     summary: RunSummary | None = None  # the one summary (traces.summary) over the trace's offered window
+    ideal_prefix_reuse: float | None = None  # share of prompt tokens that are a prefix of an earlier request
+    sessions: SessionStats | None = None  # traces whose records carry sessions (agentic, multi-turn)
+
+
+class SessionStats(msgspec.Struct):
+    """Sessions of a trace: how many, how long, how long users/tools think, how fast contexts grow."""
+
+    sessions: int
+    subagents: int  # sessions with a parent session
+    turns_per_session: TokenStats
+    think_s: TokenStats  # think time of every turn after a session's first
+    context_growth_tokens: TokenStats  # input tokens of turn k minus turn k−1 of the same session
 
 
 def _tokens(values: list[int]) -> TokenStats:
@@ -76,6 +89,51 @@ def trace_stats(records: Iterable[RequestRecord], slos: Sequence[Slo] = ()) -> T
         errors=errors,
         input_estimated=sum(1 for r in records if r.input_estimated),
         summary=summarize(records, slos=slos) if records else None,
+        ideal_prefix_reuse=ideal_prefix_reuse(records),
+        sessions=session_stats(records),
+    )
+
+
+def ideal_prefix_reuse(records: Sequence[RequestRecord]) -> float | None:
+    """Share of prompt tokens (in arrival order) whose blocks continue the block sequence of an
+    earlier request from its start: the hit rate of an infinite prefix cache. Blocks are compared as
+    sequences, so chained ids (captures) and plain per-block ids (agentic imports) both count."""
+    seen: set[int] = set()
+    total = reused = 0.0
+    for r in records:
+        if not r.hash_ids or not r.input_tokens:
+            continue
+        prefixes, h, k = [], 0, 0
+        for hid in r.hash_ids:
+            h = hash((h, hid))
+            prefixes.append(h)
+        while k < len(prefixes) and prefixes[k] in seen:
+            k += 1
+        seen.update(prefixes)
+        total += r.input_tokens
+        reused += r.input_tokens * k / len(prefixes)
+    return reused / total if total else None
+
+
+def session_stats(records: Sequence[RequestRecord]) -> SessionStats | None:
+    by: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        if r.session is not None:
+            by.setdefault(r.session, []).append(r)
+    if not by:
+        return None
+    thinks, growth = [], []
+    for turns in by.values():
+        turns.sort(key=lambda r: (r.turn if r.turn is not None else 0, r.t))
+        for prev, r in itertools.pairwise(turns):
+            if r.think is not None:
+                thinks.append(r.think)
+            if r.input_tokens is not None and prev.input_tokens is not None:
+                growth.append(r.input_tokens - prev.input_tokens)
+    return SessionStats(
+        sessions=len(by), subagents=sum(1 for t in by.values() if t[0].parent_session is not None),
+        turns_per_session=_tokens([len(t) for t in by.values()]), think_s=_tokens(thinks),
+        context_growth_tokens=_tokens(growth),
     )
 
 

@@ -105,12 +105,13 @@ def _check_exists(paths: Sequence[str]) -> None:
 
 
 def _traces(files: Sequence[str], fmt: str | None) -> list[tuple[str, str, TraceHeader, list[RequestRecord]]]:
-    """(label, format, header, records) per trace: slogate files together, other formats one by one."""
+    """(label, format, header, records) per trace: slogate (or agentic) files together, other formats one by one."""
     _check_exists(files)
     fmts = [fmt or formats.guess_format(f) for f in files]
-    if all(f == "slogate" for f in fmts):
-        header, records = formats.load(list(files), "slogate")
-        return [(" ".join(files), "slogate", header, records)]
+    for multi in ("slogate", "agentic"):  # segments of one capture; concurrent sessions of one run
+        if all(f == multi for f in fmts):
+            header, records = formats.load(list(files), multi)
+            return [(" ".join(files), multi, header, records)]
     return [(f, g, *formats.load(f, g)) for f, g in zip(files, fmts, strict=True)]
 
 
@@ -167,6 +168,15 @@ def _stats_text(label: str, fmt: str, s: TraceStats) -> str:
     if s.input_estimated:
         rows[5] = ("input_tokens", _tokens_text(s.input_tokens)
                    + f"   (estimated for {s.input_estimated:,} of {s.requests:,} requests)")
+    if s.ideal_prefix_reuse is not None:
+        rows.append(("ideal_prefix_reuse", f"{s.ideal_prefix_reuse:.3f}"))
+    if s.sessions is not None:
+        x = s.sessions
+        rows.append(("sessions", f"{x.sessions:,}   subagents {x.subagents:,}   turns/session "
+                                 + _tokens_text(x.turns_per_session)))
+        rows.append(("think_s", f"mean {_num(x.think_s.mean, 3)}   p50 {_num(x.think_s.p50, 3)}   "
+                                f"p99 {_num(x.think_s.p99, 3)}"))
+        rows.append(("context_growth", _tokens_text(x.context_growth_tokens) + "   tokens per turn"))
     m = s.summary
     if m is not None and m.e2e_s.count:  # measured timings (a capture or a run), not an imported public trace
         if m.failed_by_class:

@@ -32,6 +32,8 @@ EXAMPLES = """examples:
   # a public trace rescaled to 20 req/s, against a simulated H100 (HTTP) or in virtual time
   slogate replay traces/samples/azure_conv_10min.csv --rate 20 --target sim:h100-sxm/llama-3-8b --out runs/sim
   slogate replay traces/samples/mooncake_conversation_10min.jsonl --target 'sim:a100-80g/llama-3-8b?tp=1' --virtual
+  # agentic sessions (one file each): think time after each answer, subagents beside their parent
+  slogate replay traces/samples/agentic/*.json --target 'sim:h200/llama-3.1-70b?tp=4' --virtual
   # synthetic: Poisson 5 req/s for 2 min; bursty gamma; closed loop with 32 in flight
   slogate replay --synthetic poisson:rate=5 --duration 2m --input-tokens lognormal:median=1000,sigma=0.7 \\
       --output-tokens fixed:200 --target http://localhost:8000 --out runs/poisson
@@ -55,13 +57,16 @@ def parser() -> argparse.ArgumentParser:
                                 "lengths and prefix sharing; report throughput, goodput and latency.",
                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
-    a("trace", nargs="?", help="trace file: slogate (.jsonl.zst or capture dir), Mooncake .jsonl, Azure/BurstGPT .csv")
-    a("--format", dest="fmt", help="trace format when it cannot be guessed: slogate, mooncake, azure, burstgpt")
+    a("trace", nargs="*", help="trace file: slogate (.jsonl.zst or capture dir), Mooncake .jsonl[.gz], Azure/BurstGPT "
+      ".csv; or agentic session files (.json, several or a directory: concurrent sessions)")
+    a("--format", dest="fmt", help="trace format when it cannot be guessed: slogate, mooncake, azure, burstgpt, agentic")
+    a("--block-size", type=int, help="tokens per hash id of the trace (Mooncake files cut in 16/64-token blocks; default 512)")
     a("--target", required=True, help="http://HOST:PORT, or sim:GPU/MODEL[?tp=4&dtype=fp8&timing=constant&…]")
     a("--model", help="model name to send (default: the first of the target's /v1/models)")
     a("--out", help="output directory (default ./slogate-replay-YYYYmmdd-HHMMSS)")
     g = p.add_argument_group("workload")
-    g.add_argument("--synthetic", help="poisson:rate=R | gamma:rate=R,cv=C (or burstiness=B) | constant:rate=R | concurrency:c=N")
+    g.add_argument("--synthetic", help="poisson:rate=R | gamma:rate=R,cv=C (or burstiness=B) | constant:rate=R | concurrency:c=N | "
+                   "agentic:sessions=N,turns=T,think=S,growth=TOKENS,subagents=P,system=TOKENS,rate=R (sessions/s)")
     g.add_argument("--input-tokens", default="lognormal:median=512,sigma=0.6", help="synthetic prompt lengths: fixed:N, uniform:A,B, lognormal:median=N,sigma=S, empirical:TRACE")
     g.add_argument("--output-tokens", default="lognormal:median=128,sigma=0.6", help="synthetic output lengths (same forms)")
     g.add_argument("--concurrency", type=int, help="closed loop: keep C requests in flight (trace lengths, times ignored)")
@@ -74,6 +79,13 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--loop", action="store_true", help="repeat the trace (fresh prompts per repeat) until --duration")
     g.add_argument("--warmup", help="N requests, or a time like 30s, sent first and excluded from statistics")
     g.add_argument("--seed", type=int, default=0, help="seed of every random choice (sampling, prompt text, synthetic)")
+    g.add_argument("--session-timing", choices=["think", "recorded"], help="think (default when the trace has "
+                   "sessions): turn k+1 is sent its think time after turn k completed on the target; recorded: at "
+                   "its recorded time")
+    g.add_argument("--session-start", default="recorded", help="when sessions start (think timing): recorded (their "
+                   "offsets), all (at once), stagger:SECONDS, poisson:rate=R (seeded)")
+    g.add_argument("--on-turn-error", default="continue", choices=["stop", "continue"],
+                   help="think timing: a failed turn ends its session (stop) or the next turn is still sent (continue)")
     g.add_argument("--shard", help="I/N: send every N-th request starting at I (distributed replay)")
     g.add_argument("--start-at", type=float, help="UNIX time at which the schedule starts (all shards agree)")
     r = p.add_argument_group("requests")
@@ -108,7 +120,7 @@ def parser() -> argparse.ArgumentParser:
 def build_workload(ns: argparse.Namespace) -> tuple[wl.Workload, str | None, str | None]:
     """The workload from the options; returns (workload, trace path, trace digest)."""
     duration = wl.parse_seconds(ns.duration) if ns.duration else None
-    if ns.trace and ns.synthetic:
+    if ns.trace and ns.synthetic:  # ns.trace: a list (several agentic session files)
         raise UsageError("give either a TRACE or --synthetic, not both")
     trace_path = digest = None
     if ns.synthetic:
@@ -120,7 +132,7 @@ def build_workload(ns: argparse.Namespace) -> tuple[wl.Workload, str | None, str
     elif ns.trace:
         from slogate.replay.source import load_trace, trace_workload
 
-        trace = load_trace(ns.trace, ns.fmt)
+        trace = load_trace(ns.trace if len(ns.trace) > 1 else ns.trace[0], ns.fmt, block_size=ns.block_size)
         trace_path, digest = trace.path, trace.digest
         w = trace_workload(trace)
     else:
@@ -162,11 +174,40 @@ def transform(w: wl.Workload, ns: argparse.Namespace, duration: float | None) ->
         text = ns.warmup.strip()
         reqs = wl.mark_warmup(reqs, count=int(text)) if text.isdigit() else wl.mark_warmup(reqs, seconds=wl.parse_seconds(text))
         desc.append(f"warmup={text}")
+    think = session_timing(ns, reqs)
+    if think:
+        from slogate.replay import sessions
+
+        if ns.loop or w.concurrency:
+            raise UsageError("--loop/--concurrency do not combine with session timing: add --session-timing recorded")
+        reqs = sessions.link(reqs, start=ns.session_start, seed=ns.seed)
+        desc.append(f"sessions=think start={ns.session_start}")
+    elif getattr(ns, "session_start", "recorded") != "recorded":
+        raise UsageError("--session-start needs session timing: a trace with sessions and --session-timing think")
     if ns.shard:
         i, n = wl.parse_shard(ns.shard)
-        reqs = wl.shard(reqs, i, n)
+        if think:
+            from slogate.replay import sessions
+
+            reqs = sessions.shard(reqs, i, n)
+        else:
+            reqs = wl.shard(reqs, i, n)
         desc.append(f"shard={ns.shard}")
     w.requests = reqs
+
+
+def session_timing(ns: argparse.Namespace, reqs: list[wl.PlannedRequest]) -> bool:
+    """True when turns are sent think time after the previous turn (the default with sessions)."""
+    from slogate.replay.sessions import has_sessions
+
+    choice = getattr(ns, "session_timing", None)
+    if choice == "recorded":
+        return False
+    if not has_sessions(reqs):
+        if choice == "think":
+            raise UsageError("--session-timing think needs a trace with sessions (session ids on its requests)")
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,7 +266,7 @@ def plan(ns: argparse.Namespace, *, command: list[str]) -> tuple[wl.Workload, Re
         out_dir=str(out), start_at=ns.start_at, shard=ns.shard,
         progress=not ns.quiet and sys.stdout.isatty() and not ns.virtual,
         command=command, trace=trace_path, trace_digest=digest,
-        keep_chunk_times=not ns.no_chunk_times, drain_timeout_s=seconds(ns.drain_timeout, "--drain-timeout"),
+        keep_chunk_times=not ns.no_chunk_times, stop_on_error=getattr(ns, "on_turn_error", "continue") == "stop", drain_timeout_s=seconds(ns.drain_timeout, "--drain-timeout"),
     )
     return w, options
 

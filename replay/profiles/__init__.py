@@ -1,4 +1,5 @@
-"""Synthetic load models, one module each: constant, poisson, gamma (bursty), concurrency (closed loop).
+"""Synthetic load models, one module each: constant, poisson, gamma (bursty), concurrency (closed loop),
+agentic (sessions with think time, growing context and subagents).
 
 `synthesize(spec, ...)` parses `KIND:key=value,...` and returns a `Workload`. Generators are pure
 and seeded; they never send anything and never read a clock.
@@ -34,9 +35,13 @@ def synthesize(
     outs = parse_lengths(output_tokens, what="output length")
     if kind == "concurrency":
         return concurrency.workload(params, ins, outs, rng, requests=requests, duration_s=duration_s, spec=spec)
+    if kind == "agentic":
+        from slogate.replay.profiles import agentic
+
+        return agentic.workload(params, ins, outs, rng, spec=spec)
     gens = {"poisson": poisson.arrivals, "gamma": gamma.arrivals, "constant": constant.arrivals}
     if kind not in gens:
-        raise WorkloadError(f"unknown synthetic profile {kind!r}: use poisson:rate=R, gamma:rate=R,cv=C, constant:rate=R or concurrency:c=N")
+        raise WorkloadError(f"unknown synthetic profile {kind!r}: use poisson:rate=R, gamma:rate=R,cv=C, constant:rate=R, concurrency:c=N or agentic:sessions=N,...")
     if "rate" not in params or not params["rate"] > 0:
         raise WorkloadError(f"--synthetic {spec!r} needs rate=R (requests/s, > 0)")
     if requests is None and duration_s is None:

@@ -137,3 +137,42 @@ def load_custom(path: str | Path) -> tuple[dict[str, Gpu], dict[str, Model]]:
     except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise UsageError(f"cannot read catalog entries from {path}: {exc}") from None
     return {g.name.lower(): g for g in data.gpu}, {m.name.lower(): m for m in data.model}
+
+
+# Long-context and current models (appended; shapes from each model's published config.json, so KV
+# bytes per token = 2 × layers × kv_heads × head_dim × dtype bytes come out as the engines allocate them).
+MODELS.update({
+    m.name: m
+    for m in (
+        # huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json (max_position_embeddings 131072)
+        Model(name="llama-3.1-8b", params_b=8.03, layers=32, hidden=4096, heads=32, kv_heads=8,
+              head_dim=128, vocab=128256, max_context=131072),
+        # huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json
+        Model(name="llama-3.1-70b", params_b=70.6, layers=80, hidden=8192, heads=64, kv_heads=8,
+              head_dim=128, vocab=128256, max_context=131072),
+        # huggingface.co/meta-llama/Llama-3.1-405B/blob/main/config.json (126 layers, 8 KV heads)
+        Model(name="llama-3.1-405b", params_b=405.9, layers=126, hidden=16384, heads=128, kv_heads=8,
+              head_dim=128, vocab=128256, max_context=131072),
+        # huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json (128 experts, 8 active; 3.3B active;
+        # max_position_embeddings 40960 without YaRN)
+        Model(name="qwen3-30b-a3b", params_b=30.5, active_params_b=3.3, layers=48, hidden=2048, heads=32,
+              kv_heads=4, head_dim=128, vocab=151936, max_context=40960),
+        # huggingface.co/Qwen/Qwen3-235B-A22B/blob/main/config.json (128 experts, 8 active; 22B active)
+        Model(name="qwen3-235b-a22b", params_b=235.1, active_params_b=22.2, layers=94, hidden=4096, heads=64,
+              kv_heads=4, head_dim=128, vocab=151936, max_context=40960),
+        # huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json: MLA caches one compressed latent per
+        # layer and token, kv_lora_rank 512 + qk_rope_head_dim 64 = 576 values, written here as
+        # kv_heads=1 × head_dim=288 × 2 (K and V) so the KV bytes per token are exact (replicated per TP
+        # rank, as vLLM does); 671B total, 37B active; max_position_embeddings 163840
+        Model(name="deepseek-v3", params_b=671.0, active_params_b=37.0, layers=61, hidden=7168, heads=128,
+              kv_heads=1, head_dim=288, vocab=129280, max_context=163840),
+        # huggingface.co/openai/gpt-oss-20b/blob/main/config.json (32 experts, 4 active; 3.6B active; MXFP4
+        # experts: use dtype=int4 for their weight bytes). Half the layers use a 128-token sliding window;
+        # counted here as full attention (an upper bound on KV)
+        Model(name="gpt-oss-20b", params_b=20.9, active_params_b=3.6, layers=24, hidden=2880, heads=64,
+              kv_heads=8, head_dim=64, vocab=201088, max_context=131072),
+        # huggingface.co/openai/gpt-oss-120b/blob/main/config.json (128 experts, 4 active; 5.1B active)
+        Model(name="gpt-oss-120b", params_b=116.8, active_params_b=5.1, layers=36, hidden=2880, heads=64,
+              kv_heads=8, head_dim=64, vocab=201088, max_context=131072),
+    )
+})

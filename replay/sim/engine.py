@@ -371,3 +371,60 @@ def closed_loop(requests: Sequence[SimRequest], concurrency: int, config: SimCon
         release(0.0)
     drive(engine.run())
     return _finish(results, reqs, engines, time.perf_counter() - wall)
+
+
+def dependent(requests: Sequence[SimRequest], after: Sequence[int | None], delay: Sequence[float],
+              config: SimConfig | None = None, *, group: Sequence[int] | None = None,
+              join: Sequence[Sequence[int] | None] | None = None, stop_on_error: bool = False) -> SimRun:
+    """Sessions: request i with `after[i] = j` arrives `delay[i]` virtual seconds after request j
+    finished (its last token, or its failure); with `after[i] = None` at its own arrival. `join[i]`
+    lists more requests it waits for (delay counted from the last of them to finish). Arrival
+    times of dependent requests are ignored (they become the release times). `group[i]` picks the
+    replica (group mod replicas: a session and its subagents stay on one). With `stop_on_error` a
+    failed request releases nothing, and requests never released are left out of the results
+    (`SimResult.index` = position in `requests`; results in release order)."""
+    config = config or SimConfig()
+    wall = time.perf_counter()
+    spec, engines = _engines(config)
+    rng = random.Random(config.seed)
+    followers: dict[int, list[int]] = {}
+    waiting: dict[int, int] = {}  # request → predecessors not finished yet
+    latest: dict[int, float] = {}  # request → latest end among its finished predecessors
+    for i, a in enumerate(after):
+        preds = ([] if a is None else [a]) + list((join[i] or ()) if join is not None else ())
+        for j in preds:
+            followers.setdefault(j, []).append(i)
+        if preds:
+            waiting[i] = len(preds)
+    reqs: list[SimReq] = []
+    results: list[SimResult] = []
+
+    def release(i: int, t: float) -> None:
+        req, res = _plan_one(i, requests[i], rng, config, spec)
+        req.uid = len(reqs)
+        req.arrival = res.arrival = t
+        reqs.append(req)
+        results.append(res)
+        engine = engines[(group[i] if group is not None else i) % len(engines)]
+        res.replica = engine.replica
+        if _too_long(res, spec, engine):
+            finished(i, res, t)
+            return
+        req.on_finish = lambda _r, t_end: finished(i, res, t_end)
+        engine.submit(req)
+
+    def finished(i: int, res: SimResult, t_end: float) -> None:
+        if stop_on_error and (res.error is not None or len(res.token_times) < res.output_tokens):
+            return
+        for j in followers.get(i, ()):
+            waiting[j] -= 1
+            latest[j] = max(latest.get(j, t_end), t_end)
+            if waiting[j] == 0:
+                release(j, latest[j] + max(0.0, delay[j]))
+
+    roots = sorted((i for i in range(len(requests)) if i not in waiting), key=lambda i: requests[i].arrival)
+    for i in roots:
+        release(i, requests[i].arrival)
+    for engine in engines:
+        drive(engine.run())
+    return _finish(results, reqs, engines, time.perf_counter() - wall)

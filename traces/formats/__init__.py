@@ -1,11 +1,12 @@
 """Public trace formats: guess a file's format, load it as slogate records, save records in a format.
 
-One module per format (`slogate`, `mooncake`, `azure`, `burstgpt`), each with `sniff`, `load` and
+One module per format (`slogate`, `mooncake`, `azure`, `burstgpt`, `agentic`), each with `sniff`, `load` and
 (when exportable) `save`. Pure file conversion: never touches the network, never sees prompt text.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib
 import os
@@ -16,7 +17,8 @@ from types import ModuleType
 from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.segments import TraceError
 
-FORMATS: tuple[str, ...] = ("slogate", "mooncake", "azure", "burstgpt")
+FORMATS: tuple[str, ...] = ("slogate", "mooncake", "azure", "burstgpt", "agentic")
+MULTI_FILE: frozenset[str] = frozenset({"slogate", "agentic"})  # formats read from several files at once
 Loaded = tuple[TraceHeader, list[RequestRecord]]
 PathLike = str | os.PathLike[str]
 _SNIFF_BYTES = 4096
@@ -40,10 +42,11 @@ def guess_format(path: PathLike, *, for_output: bool = False) -> str:
     """Format of `path`: by content when the file exists (and not `for_output`), else by name."""
     p = Path(path)
     if not for_output and p.is_dir():
-        return "slogate"
+        names = [q.name for q in p.iterdir() if q.is_file()]
+        agentic = any(n.endswith(".json") for n in names) and not any(n.endswith(".zst") for n in names)
+        return "agentic" if agentic else "slogate"
     if not for_output and p.is_file():
-        with open(p, "rb") as f:
-            head = f.read(_SNIFF_BYTES)
+        head = _head(p)
         for fmt in FORMATS:
             if module(fmt).sniff(head):
                 return fmt
@@ -58,8 +61,21 @@ def guess_format(path: PathLike, *, for_output: bool = False) -> str:
     )
 
 
-def load(path: PathLike | Sequence[PathLike], fmt: str | None = None) -> Loaded:
-    """Read a trace (several files only for slogate segments) as (header, records in file order)."""
+def _head(p: Path) -> bytes:
+    """The first bytes of a file, decompressed when it is gzip (`.jsonl.gz`)."""
+    import gzip
+
+    with open(p, "rb") as f:
+        head = f.read(_SNIFF_BYTES)
+    if head[:2] == b"\x1f\x8b":
+        with gzip.open(p, "rb") as g, contextlib.suppress(OSError, EOFError):
+            head = g.read(_SNIFF_BYTES)
+    return head
+
+
+def load(path: PathLike | Sequence[PathLike], fmt: str | None = None, *, block_size: int | None = None) -> Loaded:
+    """Read a trace (several files only for slogate segments and agentic sessions) as (header,
+    records in file order). `block_size`: tokens per hash id for formats that do not say (Mooncake)."""
     paths = [path] if isinstance(path, str | os.PathLike) else list(path)
     if not paths:
         raise FormatError("no trace file given")
@@ -67,11 +83,13 @@ def load(path: PathLike | Sequence[PathLike], fmt: str | None = None) -> Loaded:
         if not os.path.exists(p):
             raise FormatError(f"no such trace file: {p}")
     fmt = fmt or guess_format(paths[0])
-    if len(paths) > 1 and fmt != "slogate":
-        raise FormatError(f"only slogate segments can be read together; load each {fmt} file on its own")
+    if len(paths) > 1 and fmt not in MULTI_FILE:
+        raise FormatError(f"only slogate segments and agentic sessions can be read together; load each {fmt} file on its own")
     mod = module(fmt)
     try:
-        return mod.load(paths if fmt == "slogate" else paths[0])
+        if block_size is not None and fmt == "mooncake":
+            return mod.load(paths[0], block_size=block_size)
+        return mod.load(paths if fmt in MULTI_FILE else paths[0])
     except (UnicodeDecodeError, csv.Error) as exc:
         raise TraceError(paths[0], f"cannot read as {fmt}: {exc}; check the file or pass another --from") from None
     except OSError as exc:

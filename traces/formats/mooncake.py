@@ -6,11 +6,16 @@ block_size=512, block_unit="tokens"), so Mooncake → slogate → Mooncake is lo
 other traces remaps ids to small integers in first-seen order and coarsens them to 512-token
 blocks: every k-th chained id is kept (k = 512 / block tokens; byte blocks count ~4 bytes per
 token, so 256-byte blocks give k = 8) plus the last one, and the list is fitted to
-ceil(input_length / 512) entries (cut, or padded with fresh ids that share nothing).
+ceil(input_length / 512) entries (cut, or padded with fresh ids that share nothing). AIPerf's
+multi-turn form (`session_id`, `delay` ms after the previous turn, `timestamp` optional) imports as
+sessions with turns and think times; `block_size` (16, 64, 512) overrides the 512-token blocks of
+files cut differently; `.jsonl.gz` is read through gzip.
 """
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import math
 import os
 from collections.abc import Sequence
@@ -21,16 +26,18 @@ from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.segments import TraceError
 
 NAME = "mooncake"
-SUFFIXES = (".jsonl", ".json")
+SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
 MOONCAKE_BLOCK_TOKENS = 512
 BYTES_PER_TOKEN = 4  # assumed when coarsening byte blocks to token blocks
 
 
 class MooncakeRow(msgspec.Struct):
-    timestamp: float
     input_length: int
     output_length: int
+    timestamp: float | None = None  # ms; AIPerf: only on a session's first turn (or absent)
     hash_ids: list[int] = []
+    session_id: str | int | None = None
+    delay: float | None = None  # ms after the previous turn of the session (AIPerf mooncake_trace)
 
 
 _decoder = msgspec.json.Decoder(MooncakeRow)
@@ -41,19 +48,35 @@ def sniff(head: bytes) -> bool:
     return bool(first) and b'"input_length"' in first and b'"kind"' not in first
 
 
-def load(path: str | os.PathLike[str]) -> tuple[TraceHeader, list[RequestRecord]]:
+def load(path: str | os.PathLike[str], *, block_size: int = MOONCAKE_BLOCK_TOKENS
+         ) -> tuple[TraceHeader, list[RequestRecord]]:
     with open(path, "rb") as f:
         data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
     try:
         rows = _decoder.decode_lines(data)
     except msgspec.DecodeError as exc:
         raise TraceError(path, _locate(data, exc)) from None
-    records = [
-        RequestRecord(t=row.timestamp / 1000.0, input_tokens=row.input_length, output_tokens=row.output_length,
-                      hash_ids=row.hash_ids)
-        for row in rows
-    ]
-    header = TraceHeader(block_size=MOONCAKE_BLOCK_TOKENS, block_unit="tokens", tokens_source="usage",
+    records = []
+    last: dict[str, RequestRecord] = {}  # session → its latest turn
+    for row in rows:
+        session = None if row.session_id is None else str(row.session_id)
+        prev = last.get(session) if session is not None else None
+        think = None if row.delay is None else row.delay / 1000.0
+        if row.timestamp is not None:
+            t = row.timestamp / 1000.0
+        else:
+            t = (prev.t if prev is not None else 0.0) + (think or 0.0)
+        rec = RequestRecord(t=t, input_tokens=row.input_length, output_tokens=row.output_length,
+                            hash_ids=row.hash_ids)
+        if session is not None:
+            rec.session, rec.turn, rec.think = session, 0 if prev is None else (prev.turn or 0) + 1, think
+            last[session] = rec
+        records.append(rec)
+    if any(r.t < q.t for q, r in itertools.pairwise(records)):
+        records.sort(key=lambda r: r.t)
+    header = TraceHeader(block_size=block_size, block_unit="tokens", tokens_source="usage",
                          source="import:mooncake")
     return header, records
 
