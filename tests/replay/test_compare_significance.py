@@ -77,3 +77,20 @@ def test_cis_are_seeded(runs: dict[str, Path]) -> None:
     sides = [load_side(runs["a"]), load_side(runs["slow"])]
     assert intervals(sides, seed=7) == intervals(sides, seed=7)
     assert intervals(sides, seed=7) != intervals(sides, seed=8)
+
+
+@pytest.mark.parametrize("numpy", [True, False])
+def test_both_resampling_paths_agree_on_what_is_real(runs: dict[str, Path], numpy: bool,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vectorized (numpy) and the pure-Python bootstrap give the same verdicts on real runs."""
+    import sys
+
+    from slogate.replay.significance import bootstrap_deltas, significant
+
+    if not numpy:
+        monkeypatch.setitem(sys.modules, "numpy", None)  # `import numpy` raises ImportError
+    a, b, slow = (load_side(runs[k]).records for k in ("a", "b", "slow"))
+    assert a and b and slow
+    noise, real = bootstrap_deltas(a, b, resamples=100), bootstrap_deltas(a, slow, resamples=100)
+    assert not significant(noise["tpot_s.p50"]) and significant(real["tpot_s.p50"])
+    assert not significant(noise["ttft_s.p99"]) and significant(real["tpot_s.mean"])
