@@ -69,7 +69,7 @@ def _hang_up(url: str) -> None:
             got += s.recv(4096)
 
 
-def _mix(gw_url: str) -> int:
+def _mix(gw_url: str, admin: str) -> int:
     """The seeded mix; returns how many measured requests it sent."""
     n = 0
     for i in range(8):  # good streams
@@ -90,8 +90,9 @@ def _mix(gw_url: str) -> int:
     _hang_up(gw_url)
     n += 1
     # 429 from the admission queue: one slow stream holds the only slot, the next is rejected at once.
-    slow = threading.Thread(target=_post, args=(gw_url, _chat(4), "stall_ms=1500,stall_after=1"))
+    slow = threading.Thread(target=_post, args=(gw_url, _chat(4), "stall_ms=2000,stall_after=1"))
     slow.start()
+    assert wait_for(lambda: metric_sum(metric_samples(admin), "slogate_inflight_requests") == 1, timeout=10)
     statuses = []
     wait_for(lambda: (statuses.append(_post(gw_url, _chat(4))) or statuses[-1] == 429), timeout=10)
     slow.join()
@@ -126,7 +127,7 @@ def test_cross_surface_one_gateway_run(tmp_path: Path):
         "--trace-flush-interval", "0.2", "--slo", SLO, "--max-inflight-requests", "1", "--queue-size", "0",
     ) as gw:
         admin = f"http://127.0.0.1:{admin_port}"
-        n = _mix(gw.url)
+        n = _mix(gw.url, admin)
         records = trace_records(trace_dir, n, timeout=20)
         assert len(records) == n
         status = get_json(admin + "/slogate/status")["windows"]["5m"]
