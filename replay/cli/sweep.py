@@ -40,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run one replay per load point and find the knee and the largest load meeting the SLO.",
         epilog="example:\n  slogate sweep prod.jsonl.zst --target http://gpu-box:8000 --model llama-3-8b \\\n"
         "      --slo ttft=0.5,tpot=50ms --speeds 0.5,1,2,4,8 --refine 2 --out sweeps/h100\n"
-        "  slogate report sweeps/h100 -o sweep.html\n\n" + sweep_io.KNEE_RULE,
+        "  slogate report sweeps/h100 -o sweep.html\n"
+        "  # a server per grid point: {port} and every --grid KEY are filled in\n"
+        "  slogate sweep prod.jsonl.zst --model llama-3-8b --slo ttft=0.5 --speeds 1,2,4 --out sweeps/seqs \\\n"
+        "      --serve-cmd 'vllm serve meta-llama/Meta-Llama-3-8B --port {port} --max-num-seqs {max_num_seqs}' \\\n"
+        "      --grid max_num_seqs=64,128,256\n\n" + sweep_io.KNEE_RULE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # `--rate 5` / `--speed 2` must not be read as --rates / --speeds
     )

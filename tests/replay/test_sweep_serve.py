@@ -58,3 +58,17 @@ def test_grid_of_servers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     text = capsys.readouterr().out
     assert text.count("skipped (--resume)") == 2 and text.count("starting") == 2  # only the failed ones again
     assert _children() <= before
+
+
+@pytest.mark.parametrize(("extra", "fragment"), [
+    (["--grid", "max_num_seqs=8"], "--grid and --resume go with --serve-cmd"),
+    (["--serve-cmd", "slogate sim --port {port} --max-num-seqs {seqs}"], "no --grid seqs="),
+    (["--serve-cmd", "x {port}", "--grid", "seqs"], "bad --grid 'seqs'"),
+    (["--serve-cmd", "x {port}", "--target", "http://h:1"], "--target is set by --serve-cmd"),
+])
+def test_bad_grid_options_are_one_line_errors(extra: list[str], fragment: str, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=1)
+    assert slogate(["sweep", str(trace), "--slo", "ttft=0.1", "--rates", "5", "--out", str(tmp_path / "o"), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and len(err.splitlines()) == 1
