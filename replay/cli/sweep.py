@@ -4,18 +4,23 @@ largest load meeting the SLO attainment target (optionally refined by bisection)
 
 Every option it does not know is passed unchanged to `slogate replay` (TRACE, --target, --model,
 --slo, --virtual, …). Each point is a whole replay run, called in memory (replay.cli.replay's
-`plan` and `run_and_write`), its files written as `slogate replay` writes them. Never measures
-anything itself.
+`plan` and `run_and_write`), its files written as `slogate replay` writes them. With `--serve-cmd`
+and `--grid`, one such sweep per grid point against a server started for it (replay.serve_cmd),
+DIR/<point>/ each and DIR/grid.json. Never measures anything itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
+import json
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from slogate.replay import serve_cmd
 from slogate.replay import sweep as sweep_io
 from slogate.replay.cli import replay as replay_cli
 from slogate.replay.results import Results
@@ -35,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run one replay per load point and find the knee and the largest load meeting the SLO.",
         epilog="example:\n  slogate sweep prod.jsonl.zst --target http://gpu-box:8000 --model llama-3-8b \\\n"
         "      --slo ttft=0.5,tpot=50ms --speeds 0.5,1,2,4,8 --refine 2 --out sweeps/h100\n"
-        "  slogate report sweeps/h100 -o sweep.html\n\n" + sweep_io.KNEE_RULE,
+        "  slogate report sweeps/h100 -o sweep.html\n"
+        "  # a server per grid point: {port} and every --grid KEY are filled in\n"
+        "  slogate sweep prod.jsonl.zst --model llama-3-8b --slo ttft=0.5 --speeds 1,2,4 --out sweeps/seqs \\\n"
+        "      --serve-cmd 'vllm serve meta-llama/Meta-Llama-3-8B --port {port} --max-num-seqs {max_num_seqs}' \\\n"
+        "      --grid max_num_seqs=64,128,256\n\n" + sweep_io.KNEE_RULE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,  # `--rate 5` / `--speed 2` must not be read as --rates / --speeds
     )
@@ -46,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="DIR", help="sweep directory (point-<x>/ per point, sweep.json)")
     p.add_argument("--attainment", type=float, default=0.9, help="SLO attainment target (default 0.9)")
     p.add_argument("--refine", type=int, default=0, metavar="N", help="extra runs bisecting the attainment boundary")
+    p.add_argument("--serve-cmd", metavar="CMD", help="start this server per grid point ({port} and {KEY} placeholders)")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="with --serve-cmd: the values of {KEY} (repeatable: every combination)")
+    p.add_argument("--ready-timeout", type=float, default=60.0, metavar="S", help="seconds a server has to answer /v1/models")
+    p.add_argument("--resume", action="store_true", help="with --serve-cmd: skip grid points whose sweep finished")
     p.add_argument("--replay-output", action="store_true", help="show each replay's own output (default: point-<x>/replay.log)")
     return p
 
@@ -75,12 +89,81 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UsageError(f"bad --refine {args.refine}: a number of extra runs ≥ 0")
     opt, mode, flag = next(m for m in MODES if getattr(args, m[0]) is not None)
     xs = parse_points(getattr(args, opt), opt, integer=mode == "concurrency")
+    if args.serve_cmd:
+        return run_grid(args, replay_args, mode=mode, flag=flag, xs=xs, argv=list(argv if argv is not None else sys.argv[1:]))
+    if args.grid or args.resume:
+        raise UsageError("--grid and --resume go with --serve-cmd 'CMD … {port} …'")
     replay_ns = replay_cli.parser().parse_args(replay_args)  # a mistake stops the sweep before its first point
     sweep = run_sweep(replay_args, replay_ns, mode=mode, flag=flag, xs=xs, out=Path(args.out),
                       attainment=args.attainment, refine=args.refine, verbose=args.replay_output,
                       command=["slogate", "sweep", *(argv if argv is not None else sys.argv[1:])])
     print_table(sweep, Path(args.out))
     return 0
+
+
+def parse_grid(items: Sequence[str]) -> list[dict[str, str]]:
+    """`--grid a=1,2 --grid b=x,y` → every combination as {key: value}, in the order given."""
+    axes: list[tuple[str, list[str]]] = []
+    for item in items:
+        key, sep, values = item.partition("=")
+        vals = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not key.strip() or not vals:
+            raise UsageError(f"bad --grid {item!r}: expected KEY=V1,V2,…, e.g. --grid max_num_seqs=8,256")
+        axes.append((key.strip(), vals))
+    return [dict(zip([k for k, _ in axes], combo, strict=True)) for combo in itertools.product(*(v for _, v in axes))]
+
+
+def grid_dir_name(values: dict[str, str]) -> str:
+    return "serve-" + ",".join(f"{k}={v}" for k, v in values.items()) if values else "serve"
+
+
+def run_grid(args: argparse.Namespace, replay_args: list[str], *, mode: str, flag: str, xs: Sequence[float],
+             argv: list[str]) -> int:
+    """One sweep per grid point against `--serve-cmd` started for it; a failing point is recorded and
+    the rest go on; DIR/grid.json lists every point (status, command, capacity, knee, log tail)."""
+    if any(a.split("=", 1)[0] == "--target" for a in replay_args):
+        raise UsageError("--target is set by --serve-cmd (http://127.0.0.1:{port}); drop --target")
+    points = parse_grid(args.grid)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    serve_cmd.render(args.serve_cmd, {"port": "0", **points[0]})  # a bad template stops before any server
+    grid_file = out / "grid.json"
+    previous = {g["dir"]: g for g in json.loads(grid_file.read_text())["points"]} if args.resume and grid_file.exists() else {}
+    rows: list[dict[str, object]] = []
+    for values in points:
+        name = grid_dir_name(values)
+        if previous.get(name, {}).get("status") == "ok" and (out / name / "sweep.json").exists():
+            print(f"sweep: {name}: done before, skipped (--resume)", flush=True)
+            rows.append(previous[name])
+            continue
+        port = serve_cmd.free_port()
+        argv_srv = serve_cmd.render(args.serve_cmd, {"port": str(port), **values})
+        row: dict[str, object] = {"dir": name, "grid": values, "command": argv_srv, "status": "ok"}
+        (out / name).mkdir(parents=True, exist_ok=True)
+        print(f"sweep: {name}: starting {shlex.join(argv_srv)}", flush=True)
+        try:
+            with serve_cmd.serve(argv_srv, port, out / name / "server.log", ready_timeout_s=args.ready_timeout) as url:
+                labels = ["--label", f"serve_cmd={shlex.join(argv_srv)}"]
+                labels += [a for k, v in values.items() for a in ("--label", f"grid.{k}={v}")]
+                r_args = [*replay_args, "--target", url, *labels]
+                sweep = run_sweep(r_args, replay_cli.parser().parse_args(r_args), mode=mode, flag=flag, xs=xs,
+                                  out=out / name, attainment=args.attainment, refine=args.refine,
+                                  verbose=args.replay_output, command=["slogate", "sweep", *argv])
+            row.update(knee=sweep.knee, max_x_meeting_slo=sweep.max_x_meeting_slo)
+        except serve_cmd.ServerFailed as exc:
+            row.update(status="failed", error=str(exc), log_tail=exc.tail)
+        except UsageError as exc:
+            row.update(status="failed", error=str(exc), log_tail=serve_cmd.tail(out / name / "server.log"))
+        if row["status"] != "ok":
+            print(f"sweep: {name}: FAILED: {row['error']}", flush=True)
+        rows.append(row)
+        grid_file.write_text(json.dumps({"serve_cmd": args.serve_cmd, "mode": mode, "points": rows}, indent=2) + "\n")
+    for row in rows:
+        best = row.get("max_x_meeting_slo")
+        print(f"{row['dir']}: {row['status']}" + (f", largest {mode} meeting the SLO: {best}" if row["status"] == "ok"
+                                                  else f": {row.get('error')}"))
+    print(f"wrote {grid_file}")
+    return 0 if any(r["status"] == "ok" for r in rows) else 1
 
 
 def run_sweep(replay_args: Sequence[str], replay_ns: argparse.Namespace, *, mode: str, flag: str, xs: Sequence[float],

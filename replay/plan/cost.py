@@ -35,7 +35,7 @@ def peak_rate(arrivals: Sequence[float], window_s: float) -> float:
         return 0.0
     span = times[-1] - times[0]
     if span <= window_s:
-        return len(times) / max(span, window_s) if span > 0 else float(len(times))
+        return len(times) / span if span > 0 else float(len(times))  # a trace shorter than the window: its rate
     best = 0
     for i, t in enumerate(times):
         best = max(best, bisect.bisect_left(times, t + window_s, lo=i) - i)

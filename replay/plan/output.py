@@ -62,13 +62,15 @@ def print_table(plan: Plan, stream: TextIO | None = None) -> None:
         except ImportError:
             pass
         else:
-            table = Table(*HEADER, title="slogate plan", title_justify="left")
+            table = Table(title="slogate plan", title_justify="left")
+            for name in HEADER:
+                table.add_column(name, overflow="fold")
             for r in rows:
                 table.add_row(*r, style=None if r[1] == "yes" else "dim")
             console = Console(file=stream)
             console.print(table)
             for line in footer(plan):
-                console.print(line)
+                console.print(line, highlight=False)
             return
     all_rows = [list(HEADER), *rows]
     widths = [max(len(r[i]) for r in all_rows) for i in range(len(HEADER))]

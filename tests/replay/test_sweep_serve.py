@@ -1,0 +1,74 @@
+"""`slogate sweep --serve-cmd … --grid …`: a 2×2 grid of `slogate sim` servers (max_num_seqs 8 and 256,
+a good and an unknown GPU): four servers started and stopped with none left behind, 8 seats meet
+the SLO at a lower rate than 256, the failing points are reported and the rest go on, and
+`--resume` skips the points that finished."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from slogate.cli import main as slogate
+from slogate.replay.sweep import load
+from tests.replay.test_compare_runs import make_trace
+
+SERVE = f"{sys.executable} -m slogate.cli sim --port {{port}} --gpu {{gpu}} --max-num-seqs {{max_num_seqs}} --jitter 0"
+
+
+def _children() -> set[int]:
+    """Processes whose parent is this test process."""
+    me, out = os.getpid(), set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == me and fields[0] != "Z":
+                out.add(int(d.name))
+    return out
+
+
+def test_grid_of_servers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=5)  # 100 requests of 10 output tokens
+    out = tmp_path / "grid"
+    before = _children()
+    args = ["sweep", str(trace), "--model", "llama-3-8b", "--slo", "ttft=0.1", "--rates", "50,400", "--quiet",
+            "--serve-cmd", SERVE, "--grid", "max_num_seqs=8,256", "--grid", "gpu=h100-sxm,b200", "--out", str(out),
+            "--ready-timeout", "30"]
+    assert slogate(args) == 0
+    assert _children() <= before  # every server stopped
+    grid = json.loads((out / "grid.json").read_text())
+    by = {(p["grid"]["max_num_seqs"], p["grid"]["gpu"]): p for p in grid["points"]}
+    assert len(by) == 4
+    for seats in ("8", "256"):
+        bad = by[(seats, "b200")]
+        assert bad["status"] == "failed" and "exited" in bad["error"] and "b200" in bad["log_tail"]
+        assert by[(seats, "h100-sxm")]["status"] == "ok"
+    small, big = load(out / by[("8", "h100-sxm")]["dir"]), load(out / by[("256", "h100-sxm")]["dir"])
+    assert small.max_x_meeting_slo == 50 and big.max_x_meeting_slo == 400
+    env = json.loads((out / by[("8", "h100-sxm")]["dir"] / "point-50" / "results.json").read_text())["environment"]
+    assert "--max-num-seqs 8" in env["labels"]["serve_cmd"] and env["labels"]["grid.max_num_seqs"] == "8"
+    capsys.readouterr()
+    assert slogate([*args, "--resume"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("skipped (--resume)") == 2 and text.count("starting") == 2  # only the failed ones again
+    assert _children() <= before
+
+
+@pytest.mark.parametrize(("extra", "fragment"), [
+    (["--grid", "max_num_seqs=8"], "--grid and --resume go with --serve-cmd"),
+    (["--serve-cmd", "slogate sim --port {port} --max-num-seqs {seqs}"], "no --grid seqs="),
+    (["--serve-cmd", "x {port}", "--grid", "seqs"], "bad --grid 'seqs'"),
+    (["--serve-cmd", "x {port}", "--target", "http://h:1"], "--target is set by --serve-cmd"),
+])
+def test_bad_grid_options_are_one_line_errors(extra: list[str], fragment: str, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=1)
+    assert slogate(["sweep", str(trace), "--slo", "ttft=0.1", "--rates", "5", "--out", str(tmp_path / "o"), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and len(err.splitlines()) == 1
