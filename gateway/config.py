@@ -29,6 +29,16 @@ class Timeouts(msgspec.Struct, forbid_unknown_fields=True):
     total: float = 3600.0  # whole request
 
 
+class ClientConfig(msgspec.Struct, forbid_unknown_fields=True):
+    """Limits on client connections to the proxy port (gateway/client_limits.py)."""
+
+    header_timeout: float = 10.0  # first byte of a request header → its end
+    body_timeout: float = 30.0  # request body, plus 1 s per `body_min_rate` bytes received
+    body_min_rate: float = 16384.0  # bytes per second a slow body must keep up
+    keepalive_timeout: float = 15.0  # idle connection between requests (and before the first)
+    max_connections: int = 0  # open client connections; 0: the open-files limit less a reserve
+
+
 class TraceConfig(msgspec.Struct, forbid_unknown_fields=True):
     dir: str | None = None  # no capture without a directory
     sample: float = 1.0  # fraction of measured requests written
@@ -55,6 +65,7 @@ class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
     expected_output_tokens: int = 256  # in-flight token estimate when max_tokens is absent
     loop_lag_interval: float = 0.5
     timeouts: Timeouts = msgspec.field(default_factory=Timeouts)
+    client: ClientConfig = msgspec.field(default_factory=ClientConfig)
     trace: TraceConfig = msgspec.field(default_factory=TraceConfig)
     routing: RoutingConfig = msgspec.field(default_factory=RoutingConfig)
 
@@ -77,6 +88,11 @@ _HINTS: dict[str, str] = {
     "timeouts.ttfb": "a positive number of seconds",
     "timeouts.idle": "a positive number of seconds",
     "timeouts.total": "a positive number of seconds",
+    "client.header_timeout": "a positive number of seconds",
+    "client.body_timeout": "a positive number of seconds",
+    "client.keepalive_timeout": "a positive number of seconds",
+    "client.body_min_rate": "a positive number (bytes per second)",
+    "client.max_connections": "a non-negative integer (0: from the open-files limit)",
     "trace.dir": "a directory path",
     "trace.sample": "a fraction in (0, 1]",
     "trace.seed": "an integer",
@@ -105,6 +121,11 @@ FLAGS: dict[str, str] = {
     "timeouts.ttfb": "--ttfb-timeout",
     "timeouts.idle": "--idle-timeout",
     "timeouts.total": "--total-timeout",
+    "client.header_timeout": "--client-header-timeout",
+    "client.body_timeout": "--client-body-timeout",
+    "client.body_min_rate": "--client-body-min-rate",
+    "client.keepalive_timeout": "--client-keepalive-timeout",
+    "client.max_connections": "--max-client-connections",
     "trace.dir": "--trace-dir",
     "trace.sample": "--trace-sample",
     "trace.seed": "--trace-seed",
@@ -211,7 +232,7 @@ def _translate(exc: msgspec.ValidationError, data: dict[str, Any]) -> UsageError
     path = path.split("[", 1)[0]
     if text.startswith("Object contains unknown field"):
         field = text.split("`")[1]
-        struct = {"": GatewayConfig, "timeouts": Timeouts, "trace": TraceConfig, "upstream": UpstreamSpec,
+        struct = {"": GatewayConfig, "timeouts": Timeouts, "client": ClientConfig, "trace": TraceConfig, "upstream": UpstreamSpec,
                   "routing": RoutingConfig, "routing.health": HealthConfig}.get(path, GatewayConfig)
         where = f"gateway.{path}" if path else "gateway"
         allowed = ", ".join(struct.__struct_fields__)
@@ -231,6 +252,10 @@ def _check(cfg: GatewayConfig) -> None:
     for key in ("max_body_bytes", "max_connections_per_upstream", "max_model_labels", "expected_output_tokens"):
         if getattr(cfg, key) <= 0:
             raise _bad(key, getattr(cfg, key))
+    if not cfg.client.body_min_rate > 0:
+        raise _bad("client.body_min_rate", cfg.client.body_min_rate)
+    if cfg.client.max_connections < 0:
+        raise _bad("client.max_connections", cfg.client.max_connections)
     for key in ("rotate_bytes", "queue_size"):
         if getattr(cfg.trace, key) <= 0:
             raise _bad(f"trace.{key}", getattr(cfg.trace, key))

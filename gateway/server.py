@@ -22,6 +22,7 @@ from aiohttp import web
 from aiohttp.web_request import BaseRequest
 
 from slogate.gateway.capture import Capture, perf_epoch
+from slogate.gateway.client_limits import ClientLimits, LimitedServer, connection_cap
 from slogate.gateway.config import GatewayConfig, parse_hostport, parse_slos, upstream_specs
 from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render, watch_loop_lag
 from slogate.gateway.recorder import Recorder
@@ -149,14 +150,22 @@ class Gateway:
             await asyncio.to_thread(self.capture.close)
 
 
-def _server(handler: Handler, cfg: GatewayConfig) -> web.Server:
+def _server(handler: Handler, cfg: GatewayConfig, limits: ClientLimits | None = None) -> web.Server:
     loop = asyncio.get_running_loop()
     max_size = cfg.max_body_bytes
 
     def make_request(message, payload, protocol, writer, task):  # type: ignore[no-untyped-def]
         return BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=max_size)
 
-    return web.Server(handler, request_factory=make_request, handler_cancellation=True, access_log=None)
+    if limits is None:  # the admin port: few trusted clients
+        return web.Server(handler, request_factory=make_request, handler_cancellation=True, access_log=None)
+    return LimitedServer(handler, limits, request_factory=make_request, handler_cancellation=True, access_log=None)
+
+
+def client_limits(cfg: GatewayConfig) -> ClientLimits:
+    c = cfg.client
+    return ClientLimits(header=c.header_timeout, body=c.body_timeout, body_min_rate=c.body_min_rate,
+                        idle=c.keepalive_timeout, cap=connection_cap(c.max_connections))
 
 
 def _tune_runtime() -> None:
@@ -186,12 +195,15 @@ async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None) -> Non
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    limits = client_limits(cfg)  # after _tune_runtime: the cap follows the raised open-files limit
+    gateway.registry.register(limits.collector())
+    limits.start()
     runners: list[web.BaseRunner] = []
     grace: asyncio.TimerHandle | None = None
     try:
         host, port = parse_hostport(cfg.listen, key="listen")
         # aiohttp's own drain wait outlasts ours: at `shutdown_grace` the relay ends what is left cleanly.
-        main = web.ServerRunner(_server(gateway.proxy_handler(with_admin=cfg.admin_listen is None), cfg),
+        main = web.ServerRunner(_server(gateway.proxy_handler(with_admin=cfg.admin_listen is None), cfg, limits),
                                 shutdown_timeout=cfg.shutdown_grace + 5.0)
         await main.setup()
         runners.append(main)
@@ -216,6 +228,7 @@ async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None) -> Non
             await runner.cleanup()
         if grace is not None:
             grace.cancel()
+        await limits.stop()
         await gateway.close()
         if gateway.capture is not None:
             written, dropped = gateway.recorder.trace_counts()
