@@ -37,7 +37,7 @@ _SPACE = frozenset(b" \t\r\n")
 _TAIL_GATE = re.compile(rb'"error"|"finish_reason"[ \t\r\n]*:[ \t\r\n]*"|"usage"[ \t\r\n]*:[ \t\r\n]*\{').search
 _DONE = b"[DONE]"
 _NON_STREAM_BODY_LIMIT = 16 << 20  # bytes kept to read usage from a non-streaming body
-MAX_EVENT_BYTES = 16 << 20  # a longer SSE event is relayed unparsed (counted in `oversized_events`)
+MAX_EVENT_BYTES = 1 << 20  # a longer SSE event is relayed unparsed (counted in `oversized_events`)
 
 
 class StreamObserver:
