@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, metavar="N", help="larger request bodies get 413 (default 32 MiB)")
     p.add_argument("--max-connections", type=int, dest="max_connections_per_upstream", metavar="N",
                    help="connection pool size per upstream (default 1024)")
+    p.add_argument("--trust-header-from", metavar="CIDR", action="append",
+                   help="clients whose x-slogate-* headers (priority, simulator faults) are honoured and "
+                   "forwarded; repeatable; 'none' for no client (default loopback only)")
     p.add_argument("--shutdown-grace", type=_duration, metavar="SECONDS",
                    help="on SIGTERM, wait this long for in-flight streams (default 30)")
     t = p.add_argument_group("timeouts (seconds, or with a unit: 500ms, 2s)")
@@ -164,6 +167,8 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "routing.health.path": args.health_path,
         "routing.retries": args.retries,
     }
+    if args.trust_header_from:
+        out["trust_header_from"] = [c for c in args.trust_header_from if c != "none"]
     if args.slos:
         out["slos"] = dict(slo_flag(s) for s in args.slos)
     return out

@@ -6,6 +6,7 @@ Flags override the TOML file; both go through the same validation, and a bad val
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import tomllib
 from pathlib import Path
@@ -61,6 +62,8 @@ class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
     max_body_bytes: int = 32 << 20
     shutdown_grace: float = 30.0
     max_connections_per_upstream: int = 1024
+    # clients whose x-slogate-* headers count (and are forwarded); others' are dropped
+    trust_header_from: list[str] = msgspec.field(default_factory=lambda: ["127.0.0.0/8", "::1/128"])
     max_model_labels: int = 32  # distinct `model` label values before folding into "other"
     expected_output_tokens: int = 256  # in-flight token estimate when max_tokens is absent
     loop_lag_interval: float = 0.5
@@ -82,6 +85,7 @@ _HINTS: dict[str, str] = {
     "shutdown_grace": "a non-negative number of seconds",
     "max_connections_per_upstream": "a positive integer",
     "max_model_labels": "a positive integer",
+    "trust_header_from": 'a list of CIDR networks, e.g. ["10.0.0.0/8"] (an empty list: no client)',
     "expected_output_tokens": "a positive integer",
     "loop_lag_interval": "a positive number of seconds",
     "timeouts.connect": "a positive number of seconds",
@@ -117,6 +121,7 @@ FLAGS: dict[str, str] = {
     "max_body_bytes": "--max-body-bytes",
     "shutdown_grace": "--shutdown-grace",
     "max_connections_per_upstream": "--max-connections",
+    "trust_header_from": "--trust-header-from",
     "timeouts.connect": "--connect-timeout",
     "timeouts.ttfb": "--ttfb-timeout",
     "timeouts.idle": "--idle-timeout",
@@ -261,6 +266,7 @@ def _check(cfg: GatewayConfig) -> None:
             raise _bad(f"trace.{key}", getattr(cfg.trace, key))
     if not 0.0 < cfg.trace.sample <= 1.0:
         raise _bad("trace.sample", cfg.trace.sample)
+    trusted_networks(cfg.trust_header_from)
     parse_hostport(cfg.listen, key="listen")
     if cfg.admin_listen is not None:
         parse_hostport(cfg.admin_listen, key="admin_listen")
@@ -285,6 +291,16 @@ def parse_slos(slos: dict[str, str]) -> list[Slo]:
             out.append(parse_slo(f"{name}:{spec}") if ":" not in spec.split("=", 1)[0] else parse_slo(spec))
         except SloError as exc:
             raise UsageError(f"gateway.slos.{name} (--slo): {exc}") from None
+    return out
+
+
+def trusted_networks(cidrs: list[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    out = []
+    for cidr in cidrs:
+        try:
+            out.append(ipaddress.ip_network(cidr, strict=False))
+        except ValueError:
+            raise _bad("trust_header_from", cidr, 'CIDR networks such as "10.0.0.0/8" or "::1/128"') from None
     return out
 
 

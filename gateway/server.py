@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gc
 import hashlib
+import ipaddress
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -23,7 +24,8 @@ from aiohttp.web_request import BaseRequest
 
 from slogate.gateway.capture import Capture, perf_epoch
 from slogate.gateway.client_limits import ClientLimits, LimitedServer, connection_cap
-from slogate.gateway.config import GatewayConfig, parse_hostport, parse_slos, upstream_specs
+from slogate.gateway.config import GatewayConfig, parse_hostport, parse_slos, trusted_networks, upstream_specs
+from slogate.gateway.headers import has_control_headers, without_control_headers
 from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render, watch_loop_lag
 from slogate.gateway.recorder import Recorder
 from slogate.gateway.relay import Relay
@@ -109,12 +111,15 @@ class Gateway:
     def proxy_handler(self, *, with_admin: bool) -> Handler:
         admin = self.admin if with_admin else {"/healthz": self.healthz, "/readyz": self.readyz}
         relay = self.relay.handle
+        trusted = trusted_networks(self.cfg.trust_header_from)
 
         async def handle(request: BaseRequest) -> web.StreamResponse:
             if request.method == "GET":
                 endpoint = admin.get(request.path)
                 if endpoint is not None:
                     return await endpoint(request)
+            if has_control_headers(request.headers) and not _trusted(request.remote, trusted):
+                request = request.clone(headers=without_control_headers(request.headers))
             return await relay(request)  # type: ignore[arg-type]
 
         return handle
@@ -166,6 +171,14 @@ def client_limits(cfg: GatewayConfig) -> ClientLimits:
     c = cfg.client
     return ClientLimits(header=c.header_timeout, body=c.body_timeout, body_min_rate=c.body_min_rate,
                         idle=c.keepalive_timeout, cap=connection_cap(c.max_connections))
+
+
+def _trusted(remote: str | None, networks: list) -> bool:
+    try:
+        addr = ipaddress.ip_address(remote or "")
+    except ValueError:
+        return False  # a Unix socket or an unknown peer: not trusted
+    return any(addr in net for net in networks)
 
 
 def _tune_runtime() -> None:
