@@ -112,3 +112,19 @@ def test_idle_keepalive_connections_close_after_seconds_not_an_hour():
             assert closed_by_peer(silent, 10) == b""
             assert time.monotonic() - t0 < 5
         assert metric_sum(metric_samples(gw.url), "slogate_client_timeouts_total", phase="idle") >= 2
+
+
+@pytest.mark.slow  # 2,000 connections: ~12 s
+def test_2000_malformed_requests_write_at_most_10_log_lines():
+    bad = (b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", b"\x16\x03garbage\r\n\r\n",
+           b"POST /v1/x HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+    with hostile_upstream.in_thread() as url, start_gateway(url) as gw:
+        before = len(gw.log_text().splitlines())
+        for i in range(2000):
+            with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as s:
+                s.sendall(bad[i % 3])
+                answer = closed_by_peer(s, 5)
+                assert answer is not None and answer[:13] in (b"HTTP/1.1 400 ", b"HTTP/1.0 400 "), answer
+        assert ok(gw.port)
+        lines = gw.log_text().splitlines()[before:]
+        assert 1 <= len(lines) <= 10 and "malformed client requests" in lines[0], lines[:12]
