@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-header-from", metavar="CIDR", action="append",
                    help="clients whose x-slogate-* headers (priority, simulator faults) are honoured and "
                    "forwarded; repeatable; 'none' for no client (default loopback only)")
+    p.add_argument("--unready-after-errors", type=_duration, metavar="SECONDS",
+                   help="/readyz answers 503 once every request failed upstream-side this long (default 30)")
     p.add_argument("--shutdown-grace", type=_duration, metavar="SECONDS",
                    help="on SIGTERM, wait this long for in-flight streams (default 30)")
     t = p.add_argument_group("timeouts (seconds, or with a unit: 500ms, 2s)")
@@ -138,6 +140,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "max_body_bytes": args.max_body_bytes,
         "max_connections_per_upstream": args.max_connections_per_upstream,
         "shutdown_grace": args.shutdown_grace,
+        "unready_after_errors": args.unready_after_errors,
         "timeouts.connect": args.connect_timeout,
         "timeouts.ttfb": args.ttfb_timeout,
         "timeouts.idle": args.idle_timeout,

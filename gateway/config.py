@@ -61,6 +61,7 @@ class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
     inject_usage: bool = True
     max_body_bytes: int = 32 << 20
     shutdown_grace: float = 30.0
+    unready_after_errors: float = 30.0  # /readyz 503 once the upstream answered only failures this long
     max_connections_per_upstream: int = 1024
     # clients whose x-slogate-* headers count (and are forwarded); others' are dropped
     trust_header_from: list[str] = msgspec.field(default_factory=lambda: ["127.0.0.0/8", "::1/128"])
@@ -83,6 +84,7 @@ _HINTS: dict[str, str] = {
     "inject_usage": "true or false",
     "max_body_bytes": "a positive integer (bytes)",
     "shutdown_grace": "a non-negative number of seconds",
+    "unready_after_errors": "a positive number of seconds",
     "max_connections_per_upstream": "a positive integer",
     "max_model_labels": "a positive integer",
     "trust_header_from": 'a list of CIDR networks, e.g. ["10.0.0.0/8"] (an empty list: no client)',
@@ -120,6 +122,7 @@ FLAGS: dict[str, str] = {
     "inject_usage": "--no-inject-usage",
     "max_body_bytes": "--max-body-bytes",
     "shutdown_grace": "--shutdown-grace",
+    "unready_after_errors": "--unready-after-errors",
     "max_connections_per_upstream": "--max-connections",
     "trust_header_from": "--trust-header-from",
     "timeouts.connect": "--connect-timeout",

@@ -104,7 +104,8 @@ class Gateway:
         return web.Response(status=status, body=body, content_type="application/json")
 
     async def readyz(self, request: BaseRequest) -> web.Response:
-        status, body = health_response(any(u.ready for u in self.upstreams) and self.router.ready())
+        status, body = health_response(any(u.ready for u in self.upstreams) and self.router.ready()
+                                       and self.status.answering(self.cfg.unready_after_errors))
         return web.Response(status=status, body=body, content_type="application/json")
 
     # ------------------------------------------------------------------ request entry points

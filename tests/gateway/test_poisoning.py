@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from slogate.traces.request_info import MAX_MODEL_BYTES, request_info
-from tests.gateway.fixtures_gateway import http_request, start_gateway, trace_records
+from tests.gateway.fixtures_gateway import http_request, start_gateway, trace_records, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -81,3 +81,20 @@ def test_a_5_mib_model_name_stores_at_most_256_bytes(tmp_path):
         (rec,) = trace_records(tmp_path, 1)
     assert rec.model is not None and len(rec.model.encode()) <= MAX_MODEL_BYTES and rec.model == "m" * 256
     assert sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) < 64 << 10
+
+
+def test_readyz_fails_while_the_upstream_answers_only_errors():
+    from tests.servers import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: every request is a connect error
+    with start_gateway(dead, "--unready-after-errors", "0.5") as gw:
+        assert http_request(gw.url, "GET", "/readyz")[0] == 200
+
+        def failing_then_unready() -> bool:
+            status, _, _ = http_request(gw.url, "POST", "/v1/chat/completions", b'{"model":"m","messages":[]}',
+                                        {"Content-Type": "application/json"})
+            assert status == 502
+            return http_request(gw.url, "GET", "/readyz")[0] == 503
+
+        assert wait_for(failing_then_unready, timeout=10)
+        assert wait_for(lambda: http_request(gw.url, "GET", "/readyz")[0] == 200, timeout=10)  # quiet: ready again
