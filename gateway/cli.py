@@ -75,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, metavar="N", help="larger request bodies get 413 (default 32 MiB)")
     p.add_argument("--max-connections", type=int, dest="max_connections_per_upstream", metavar="N",
                    help="connection pool size per upstream (default 1024)")
+    p.add_argument("--trust-header-from", metavar="CIDR", action="append",
+                   help="clients whose x-slogate-* headers (priority, simulator faults) are honoured and "
+                   "forwarded; repeatable; 'none' for no client (default loopback only)")
+    p.add_argument("--unready-after-errors", type=_duration, metavar="SECONDS",
+                   help="/readyz answers 503 once every request failed upstream-side this long (default 30)")
     p.add_argument("--shutdown-grace", type=_duration, metavar="SECONDS",
                    help="on SIGTERM, wait this long for in-flight streams (default 30)")
     t = p.add_argument_group("timeouts (seconds, or with a unit: 500ms, 2s)")
@@ -82,6 +87,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--ttfb-timeout", type=_duration, metavar="S", help="until the first response byte (default 300)")
     t.add_argument("--idle-timeout", type=_duration, metavar="S", help="gap between chunks (default 60)")
     t.add_argument("--total-timeout", type=_duration, metavar="S", help="whole request (default 3600)")
+    k = p.add_argument_group("client connections (slow or idle clients are closed and counted)")
+    k.add_argument("--client-header-timeout", type=_duration, metavar="S",
+                   help="a request header must arrive within S of its first byte (default 10)")
+    k.add_argument("--client-body-timeout", type=_duration, metavar="S",
+                   help="a request body must arrive within S plus 1 s per --client-body-min-rate bytes (default 30)")
+    k.add_argument("--client-body-min-rate", type=float, metavar="BYTES_PER_S",
+                   help="slowest body upload kept open indefinitely (default 16384)")
+    k.add_argument("--client-keepalive-timeout", type=_duration, metavar="S",
+                   help="close a connection idle this long between requests (default 15)")
+    k.add_argument("--max-client-connections", type=int, metavar="N",
+                   help="open client connections; beyond it the oldest idle one is closed, else 503 "
+                   "(default: the open-files limit less a reserve)")
     c = p.add_argument_group("trace capture")
     c.add_argument("--trace-dir", metavar="DIR", help="write anonymized trace segments here")
     c.add_argument("--trace-sample", type=float, metavar="FRACTION", help="fraction of requests captured (default 1)")
@@ -123,10 +140,16 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "max_body_bytes": args.max_body_bytes,
         "max_connections_per_upstream": args.max_connections_per_upstream,
         "shutdown_grace": args.shutdown_grace,
+        "unready_after_errors": args.unready_after_errors,
         "timeouts.connect": args.connect_timeout,
         "timeouts.ttfb": args.ttfb_timeout,
         "timeouts.idle": args.idle_timeout,
         "timeouts.total": args.total_timeout,
+        "client.header_timeout": args.client_header_timeout,
+        "client.body_timeout": args.client_body_timeout,
+        "client.body_min_rate": args.client_body_min_rate,
+        "client.keepalive_timeout": args.client_keepalive_timeout,
+        "client.max_connections": args.max_client_connections,
         "trace.dir": args.trace_dir,
         "trace.sample": args.trace_sample,
         "trace.seed": args.trace_seed,
@@ -147,6 +170,8 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "routing.health.path": args.health_path,
         "routing.retries": args.retries,
     }
+    if args.trust_header_from:
+        out["trust_header_from"] = [c for c in args.trust_header_from if c != "none"]
     if args.slos:
         out["slos"] = dict(slo_flag(s) for s in args.slos)
     return out

@@ -6,6 +6,7 @@ Flags override the TOML file; both go through the same validation, and a bad val
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import tomllib
 from pathlib import Path
@@ -29,6 +30,16 @@ class Timeouts(msgspec.Struct, forbid_unknown_fields=True):
     total: float = 3600.0  # whole request
 
 
+class ClientConfig(msgspec.Struct, forbid_unknown_fields=True):
+    """Limits on client connections to the proxy port (gateway/client_limits.py)."""
+
+    header_timeout: float = 10.0  # first byte of a request header → its end
+    body_timeout: float = 30.0  # request body, plus 1 s per `body_min_rate` bytes received
+    body_min_rate: float = 16384.0  # bytes per second a slow body must keep up
+    keepalive_timeout: float = 15.0  # idle connection between requests (and before the first)
+    max_connections: int = 0  # open client connections; 0: the open-files limit less a reserve
+
+
 class TraceConfig(msgspec.Struct, forbid_unknown_fields=True):
     dir: str | None = None  # no capture without a directory
     sample: float = 1.0  # fraction of measured requests written
@@ -50,11 +61,15 @@ class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
     inject_usage: bool = True
     max_body_bytes: int = 32 << 20
     shutdown_grace: float = 30.0
+    unready_after_errors: float = 30.0  # /readyz 503 once the upstream answered only failures this long
     max_connections_per_upstream: int = 1024
+    # clients whose x-slogate-* headers count (and are forwarded); others' are dropped
+    trust_header_from: list[str] = msgspec.field(default_factory=lambda: ["127.0.0.0/8", "::1/128"])
     max_model_labels: int = 32  # distinct `model` label values before folding into "other"
     expected_output_tokens: int = 256  # in-flight token estimate when max_tokens is absent
     loop_lag_interval: float = 0.5
     timeouts: Timeouts = msgspec.field(default_factory=Timeouts)
+    client: ClientConfig = msgspec.field(default_factory=ClientConfig)
     trace: TraceConfig = msgspec.field(default_factory=TraceConfig)
     routing: RoutingConfig = msgspec.field(default_factory=RoutingConfig)
 
@@ -69,14 +84,21 @@ _HINTS: dict[str, str] = {
     "inject_usage": "true or false",
     "max_body_bytes": "a positive integer (bytes)",
     "shutdown_grace": "a non-negative number of seconds",
+    "unready_after_errors": "a positive number of seconds",
     "max_connections_per_upstream": "a positive integer",
     "max_model_labels": "a positive integer",
+    "trust_header_from": 'a list of CIDR networks, e.g. ["10.0.0.0/8"] (an empty list: no client)',
     "expected_output_tokens": "a positive integer",
     "loop_lag_interval": "a positive number of seconds",
     "timeouts.connect": "a positive number of seconds",
     "timeouts.ttfb": "a positive number of seconds",
     "timeouts.idle": "a positive number of seconds",
     "timeouts.total": "a positive number of seconds",
+    "client.header_timeout": "a positive number of seconds",
+    "client.body_timeout": "a positive number of seconds",
+    "client.keepalive_timeout": "a positive number of seconds",
+    "client.body_min_rate": "a positive number (bytes per second)",
+    "client.max_connections": "a non-negative integer (0: from the open-files limit)",
     "trace.dir": "a directory path",
     "trace.sample": "a fraction in (0, 1]",
     "trace.seed": "an integer",
@@ -100,11 +122,18 @@ FLAGS: dict[str, str] = {
     "inject_usage": "--no-inject-usage",
     "max_body_bytes": "--max-body-bytes",
     "shutdown_grace": "--shutdown-grace",
+    "unready_after_errors": "--unready-after-errors",
     "max_connections_per_upstream": "--max-connections",
+    "trust_header_from": "--trust-header-from",
     "timeouts.connect": "--connect-timeout",
     "timeouts.ttfb": "--ttfb-timeout",
     "timeouts.idle": "--idle-timeout",
     "timeouts.total": "--total-timeout",
+    "client.header_timeout": "--client-header-timeout",
+    "client.body_timeout": "--client-body-timeout",
+    "client.body_min_rate": "--client-body-min-rate",
+    "client.keepalive_timeout": "--client-keepalive-timeout",
+    "client.max_connections": "--max-client-connections",
     "trace.dir": "--trace-dir",
     "trace.sample": "--trace-sample",
     "trace.seed": "--trace-seed",
@@ -211,7 +240,7 @@ def _translate(exc: msgspec.ValidationError, data: dict[str, Any]) -> UsageError
     path = path.split("[", 1)[0]
     if text.startswith("Object contains unknown field"):
         field = text.split("`")[1]
-        struct = {"": GatewayConfig, "timeouts": Timeouts, "trace": TraceConfig, "upstream": UpstreamSpec,
+        struct = {"": GatewayConfig, "timeouts": Timeouts, "client": ClientConfig, "trace": TraceConfig, "upstream": UpstreamSpec,
                   "routing": RoutingConfig, "routing.health": HealthConfig}.get(path, GatewayConfig)
         where = f"gateway.{path}" if path else "gateway"
         allowed = ", ".join(struct.__struct_fields__)
@@ -231,11 +260,16 @@ def _check(cfg: GatewayConfig) -> None:
     for key in ("max_body_bytes", "max_connections_per_upstream", "max_model_labels", "expected_output_tokens"):
         if getattr(cfg, key) <= 0:
             raise _bad(key, getattr(cfg, key))
+    if not cfg.client.body_min_rate > 0:
+        raise _bad("client.body_min_rate", cfg.client.body_min_rate)
+    if cfg.client.max_connections < 0:
+        raise _bad("client.max_connections", cfg.client.max_connections)
     for key in ("rotate_bytes", "queue_size"):
         if getattr(cfg.trace, key) <= 0:
             raise _bad(f"trace.{key}", getattr(cfg.trace, key))
     if not 0.0 < cfg.trace.sample <= 1.0:
         raise _bad("trace.sample", cfg.trace.sample)
+    trusted_networks(cfg.trust_header_from)
     parse_hostport(cfg.listen, key="listen")
     if cfg.admin_listen is not None:
         parse_hostport(cfg.admin_listen, key="admin_listen")
@@ -260,6 +294,16 @@ def parse_slos(slos: dict[str, str]) -> list[Slo]:
             out.append(parse_slo(f"{name}:{spec}") if ":" not in spec.split("=", 1)[0] else parse_slo(spec))
         except SloError as exc:
             raise UsageError(f"gateway.slos.{name} (--slo): {exc}") from None
+    return out
+
+
+def trusted_networks(cidrs: list[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    out = []
+    for cidr in cidrs:
+        try:
+            out.append(ipaddress.ip_network(cidr, strict=False))
+        except ValueError:
+            raise _bad("trust_header_from", cidr, 'CIDR networks such as "10.0.0.0/8" or "::1/128"') from None
     return out
 
 

@@ -33,6 +33,18 @@ def forward_request_headers(headers: Any, *, injected: bool = False) -> CIMultiD
     return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in drop)
 
 
+CONTROL_PREFIX = "x-slogate-"  # slogate's own request controls (priority, the simulator's faults)
+
+
+def has_control_headers(headers: Any) -> bool:
+    return any(k[:10].lower() == CONTROL_PREFIX for k in headers)
+
+
+def without_control_headers(headers: Any) -> CIMultiDict[str]:
+    """`headers` minus every `x-slogate-*` one (from a client not trusted to send them)."""
+    return CIMultiDict((k, v) for k, v in headers.items() if k[:10].lower() != CONTROL_PREFIX)
+
+
 def forward_response_headers(headers: Any, *, drop_length: bool) -> CIMultiDict[str]:
     drop = _drop_set(headers, HOP_BY_HOP)
     if drop_length:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gc
 import hashlib
+import ipaddress
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,9 @@ from aiohttp import web
 from aiohttp.web_request import BaseRequest
 
 from slogate.gateway.capture import Capture, perf_epoch
-from slogate.gateway.config import GatewayConfig, parse_hostport, parse_slos, upstream_specs
+from slogate.gateway.client_limits import ClientLimits, LimitedServer, connection_cap
+from slogate.gateway.config import GatewayConfig, parse_hostport, parse_slos, trusted_networks, upstream_specs
+from slogate.gateway.headers import has_control_headers, without_control_headers
 from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render, watch_loop_lag
 from slogate.gateway.recorder import Recorder
 from slogate.gateway.relay import Relay
@@ -101,19 +104,23 @@ class Gateway:
         return web.Response(status=status, body=body, content_type="application/json")
 
     async def readyz(self, request: BaseRequest) -> web.Response:
-        status, body = health_response(any(u.ready for u in self.upstreams) and self.router.ready())
+        status, body = health_response(any(u.ready for u in self.upstreams) and self.router.ready()
+                                       and self.status.answering(self.cfg.unready_after_errors))
         return web.Response(status=status, body=body, content_type="application/json")
 
     # ------------------------------------------------------------------ request entry points
     def proxy_handler(self, *, with_admin: bool) -> Handler:
         admin = self.admin if with_admin else {"/healthz": self.healthz, "/readyz": self.readyz}
         relay = self.relay.handle
+        trusted = trusted_networks(self.cfg.trust_header_from)
 
         async def handle(request: BaseRequest) -> web.StreamResponse:
             if request.method == "GET":
                 endpoint = admin.get(request.path)
                 if endpoint is not None:
                     return await endpoint(request)
+            if has_control_headers(request.headers) and not _trusted(request.remote, trusted):
+                request = request.clone(headers=without_control_headers(request.headers))
             return await relay(request)  # type: ignore[arg-type]
 
         return handle
@@ -149,14 +156,30 @@ class Gateway:
             await asyncio.to_thread(self.capture.close)
 
 
-def _server(handler: Handler, cfg: GatewayConfig) -> web.Server:
+def _server(handler: Handler, cfg: GatewayConfig, limits: ClientLimits | None = None) -> web.Server:
     loop = asyncio.get_running_loop()
     max_size = cfg.max_body_bytes
 
     def make_request(message, payload, protocol, writer, task):  # type: ignore[no-untyped-def]
         return BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=max_size)
 
-    return web.Server(handler, request_factory=make_request, handler_cancellation=True, access_log=None)
+    if limits is None:  # the admin port: few trusted clients
+        return web.Server(handler, request_factory=make_request, handler_cancellation=True, access_log=None)
+    return LimitedServer(handler, limits, request_factory=make_request, handler_cancellation=True, access_log=None)
+
+
+def client_limits(cfg: GatewayConfig) -> ClientLimits:
+    c = cfg.client
+    return ClientLimits(header=c.header_timeout, body=c.body_timeout, body_min_rate=c.body_min_rate,
+                        idle=c.keepalive_timeout, cap=connection_cap(c.max_connections))
+
+
+def _trusted(remote: str | None, networks: list) -> bool:
+    try:
+        addr = ipaddress.ip_address(remote or "")
+    except ValueError:
+        return False  # a Unix socket or an unknown peer: not trusted
+    return any(addr in net for net in networks)
 
 
 def _tune_runtime() -> None:
@@ -186,12 +209,15 @@ async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None) -> Non
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    limits = client_limits(cfg)  # after _tune_runtime: the cap follows the raised open-files limit
+    gateway.registry.register(limits.collector())
+    limits.start()
     runners: list[web.BaseRunner] = []
     grace: asyncio.TimerHandle | None = None
     try:
         host, port = parse_hostport(cfg.listen, key="listen")
         # aiohttp's own drain wait outlasts ours: at `shutdown_grace` the relay ends what is left cleanly.
-        main = web.ServerRunner(_server(gateway.proxy_handler(with_admin=cfg.admin_listen is None), cfg),
+        main = web.ServerRunner(_server(gateway.proxy_handler(with_admin=cfg.admin_listen is None), cfg, limits),
                                 shutdown_timeout=cfg.shutdown_grace + 5.0)
         await main.setup()
         runners.append(main)
@@ -216,6 +242,7 @@ async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None) -> Non
             await runner.cleanup()
         if grace is not None:
             grace.cancel()
+        await limits.stop()
         await gateway.close()
         if gateway.capture is not None:
             written, dropped = gateway.recorder.trace_counts()

@@ -20,6 +20,8 @@ from slogate.traces.summary import RunSummary, Window, summarize
 
 WINDOWS = (("1m", 60.0), ("5m", 300.0))
 _MAX_ENTRIES = 1_000_000  # memory bound (~300 MB) at extreme request rates
+# Failures that say the upstream cannot serve (a client's hang-up or a 4xx says nothing about it).
+_UPSTREAM_DOWN = frozenset({"connect", "timeout_connect", "timeout_ttfb", "reset", "protocol"})
 
 
 class StatusRow(msgspec.Struct, gc=False, array_like=True):
@@ -38,6 +40,8 @@ class StatusWindow:
         self.start_ns = perf_counter_ns() if start_ns is None else start_ns
         self.rows: deque[StatusRow] = deque(maxlen=_MAX_ENTRIES)
         self.total_requests = 0
+        self.failing_since: float | None = None  # first upstream failure after the last success
+        self.last_failure = 0.0
 
     def now(self) -> float:
         return (perf_counter_ns() - self.start_ns) * 1e-9
@@ -49,9 +53,24 @@ class StatusWindow:
             record.chunk_times is not None or record.hash_ids is not None) else record
         rows.append(StatusRow(now, slim))
         self.total_requests += 1
+        if record.error is None:
+            self.failing_since = None
+        elif record.error in _UPSTREAM_DOWN or (record.error == "upstream_status" and (record.status or 0) >= 500):
+            self.last_failure = now
+            if self.failing_since is None:
+                self.failing_since = now
         horizon = now - WINDOWS[-1][1]
         while rows[0].finished < horizon:  # lazy prune: amortized O(1)
             rows.popleft()
+
+    def answering(self, window: float) -> bool:
+        """Passive readiness: False while every request for `window` seconds failed upstream-side
+        (and one did so within the last `window`); True again after a success or a quiet `window`."""
+        since = self.failing_since
+        if since is None:
+            return True
+        now = self.now()
+        return now - since < window or now - self.last_failure >= window
 
     def snapshot(self, rows: list[StatusRow] | None = None, now: float | None = None) -> dict:
         """The status document. Pass a copy of `rows` (and `now`) to compute it off the event loop."""

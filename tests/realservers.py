@@ -90,10 +90,12 @@ def start_gateway(
     extra_args: Sequence[str] = (),
     timeout: float = 30.0,
     env: dict[str, str] | None = None,
+    wrapper: Sequence[str] = (),
 ) -> Iterator[Server]:
-    """Run `slogate gateway` on 127.0.0.1 in front of `upstreams` until the block exits (ready: /healthz)."""
+    """Run `slogate gateway` on 127.0.0.1 in front of `upstreams` until the block exits (ready: /healthz);
+    `wrapper` prefixes the command (e.g. `prlimit --nofile=200:200 --`)."""
     port = port or free_port()
-    cmd = [sys.executable, "-m", "slogate", "gateway", "--listen", f"127.0.0.1:{port}"]
+    cmd = [*wrapper, sys.executable, "-m", "slogate", "gateway", "--listen", f"127.0.0.1:{port}"]
     for upstream in [upstreams] if isinstance(upstreams, str) else upstreams:
         cmd += ["--upstream", upstream]
     if trace_dir is not None:

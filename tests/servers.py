@@ -33,9 +33,11 @@ def free_port() -> int:
 
 def free_ports(n: int) -> int:
     """A first port such that n consecutive ports are bindable the way servers bind them
-    (SO_REUSEADDR: ports in TIME_WAIT from earlier tests count as free)."""
+    (SO_REUSEADDR: ports in TIME_WAIT from earlier tests count as free). Picked below the kernel's
+    ephemeral range, so no outgoing connection (or `bind(0)` elsewhere) takes them meanwhile."""
+    low, _ = _ephemeral_range()
     for _ in range(500):
-        base = random.randrange(20000, 60000)
+        base = random.randrange(10000, max(10001, low - n))
         try:
             for p in range(base, base + n):
                 with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -45,6 +47,14 @@ def free_ports(n: int) -> int:
             continue
         return base
     raise RuntimeError(f"no {n} consecutive free ports")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 class Server:

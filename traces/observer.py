@@ -37,6 +37,7 @@ _SPACE = frozenset(b" \t\r\n")
 _TAIL_GATE = re.compile(rb'"error"|"finish_reason"[ \t\r\n]*:[ \t\r\n]*"|"usage"[ \t\r\n]*:[ \t\r\n]*\{').search
 _DONE = b"[DONE]"
 _NON_STREAM_BODY_LIMIT = 16 << 20  # bytes kept to read usage from a non-streaming body
+MAX_EVENT_BYTES = 1 << 20  # a longer SSE event is relayed unparsed (counted in `oversized_events`)
 
 
 class StreamObserver:
@@ -49,6 +50,7 @@ class StreamObserver:
 
     __slots__ = (
         "_body",
+        "_body_len",
         "_buf",
         "_cached_tokens",
         "_chunk_ns",
@@ -58,16 +60,22 @@ class StreamObserver:
         "_first_ns",
         "_first_output_ns",
         "_gaps_ns",
+        "_held",
+        "_held_len",
         "_keep_chunk_times",
         "_last_ns",
         "_last_output_ns",
         "_output_chunks",
         "_output_keys",
+        "_skip_tail",
+        "_skipping",
         "_strip_usage",
         "_usage_completion",
         "_usage_prompt",
         "endpoint",
+        "max_event_bytes",
         "n_inputs",
+        "oversized_events",
         "stream",
         "t0_ns",
     )
@@ -81,6 +89,7 @@ class StreamObserver:
         strip_usage: bool = False,
         keep_chunk_times: bool = False,
         n_inputs: int | None = None,
+        max_event_bytes: int = MAX_EVENT_BYTES,
     ) -> None:
         self.t0_ns = t0_ns
         self.stream = stream
@@ -89,7 +98,16 @@ class StreamObserver:
         self._strip_usage = strip_usage and stream
         self._keep_chunk_times = keep_chunk_times
         self._buf = b""
+        # An incomplete event longer than one piece: the pieces after `_buf`, joined once when the
+        # event ends (never re-copied or re-scanned per piece); past `max_event_bytes` it is skipped.
+        self._held: list[bytes] = []
+        self._held_len = 0
+        self._skipping = False
+        self._skip_tail = b""
+        self.max_event_bytes = max_event_bytes
+        self.oversized_events = 0
         self._body: list[bytes] = []
+        self._body_len = 0
         self._first_ns: int | None = None
         self._first_output_ns: int | None = None
         self._last_output_ns = 0
@@ -113,9 +131,23 @@ class StreamObserver:
             self._first_ns = t_ns
         self._last_ns = t_ns
         if not self.stream:
-            if sum(map(len, self._body)) < _NON_STREAM_BODY_LIMIT:
+            if self._body_len < _NON_STREAM_BODY_LIMIT:
                 self._body.append(piece)
+                self._body_len += len(piece)
             return piece
+        if self._skipping:
+            return self._skip(piece, t_ns)
+        if self._buf:
+            edge = (self._held[-1] if self._held else self._buf)[-3:]
+            if not _has_event_end(edge + piece):  # the event goes on: hold the piece, scan nothing again
+                self._held.append(piece)
+                self._held_len += len(piece)
+                if len(self._buf) + self._held_len > self.max_event_bytes:
+                    return self._oversized(piece, t_ns)
+                return b"" if self._strip_usage else piece
+            if self._held:
+                self._buf = b"".join([self._buf, *self._held])
+                self._held, self._held_len = [], 0
         if not self._buf and piece.find(b"\n") == len(piece) - 2 and piece[-1:] == b"\n" and b"\r" not in piece:
             # fast path: the piece is exactly one single-line LF-terminated event (the usual case)
             if piece.startswith(b"data:"):
@@ -178,8 +210,40 @@ class StreamObserver:
         out.append(buf[kept_from:start])
         return b"".join(out)
 
+    def _oversized(self, piece: bytes, t_ns: int) -> bytes:
+        """The incomplete event outgrew `max_event_bytes`: release what was held, skip to its end."""
+        held = b"".join([self._buf, *self._held]) if self._strip_usage else b""
+        self._skip_tail = (self._held[-1] if self._held else self._buf)[-3:]
+        self._buf, self._held, self._held_len = b"", [], 0
+        self._skipping = True
+        self.oversized_events += 1
+        self._output(t_ns)  # unparsed, but an event this long is generated output
+        return held if self._strip_usage else piece
+
+    def _skip(self, piece: bytes, t_ns: int) -> bytes:
+        """Relay an oversized event unparsed until its blank line; then observe as usual."""
+        probe = self._skip_tail + piece
+        if b"\r" in probe:
+            m = _EVENT_END.search(probe)
+            end = -1 if m is None else m.end()
+        else:
+            end = probe.find(b"\n\n")
+            end = -1 if end < 0 else end + 2
+        if end < 0:
+            self._skip_tail = probe[-3:]
+            return piece
+        self._skipping, self._skip_tail = False, b""
+        cut = max(0, end - (len(probe) - len(piece)))
+        rest = self.feed(piece[cut:], t_ns) if cut < len(piece) else b""
+        return piece[:cut] + rest if self._strip_usage else piece
+
     def flush(self) -> bytes:
         """At end of body: the held-back incomplete event (strip mode), observed and returned."""
+        if self._held:
+            self._buf = b"".join([self._buf, *self._held])
+            self._held, self._held_len = [], 0
+        if self._skipping:
+            self._skipping, self._buf = False, b""
         tail, self._buf = self._buf, b""
         if not tail or not self.stream:
             return b""
@@ -355,6 +419,13 @@ class StreamObserver:
     def output_chunks(self) -> int:
         """Output-bearing chunks seen so far (a live token count for routing)."""
         return self._output_chunks
+
+
+def _has_event_end(data: bytes) -> bool:
+    """Whether `data` holds a blank line (an SSE event end) in any line-end style."""
+    if b"\r" not in data:
+        return b"\n\n" in data
+    return _EVENT_END.search(data) is not None
 
 
 def _parse_event(event: bytes) -> tuple[bytes | None, bool]:

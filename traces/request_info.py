@@ -35,6 +35,17 @@ class RequestInfo(msgspec.Struct):
         return (self.prompt_chars + BYTES_PER_TOKEN - 1) // BYTES_PER_TOKEN
 
 
+MAX_MODEL_BYTES = 256  # a longer `model` is cut (UTF-8 safe) before it reaches a trace, label or log
+
+
+def _short_model(model: Any) -> str | None:
+    if not isinstance(model, str):
+        return None
+    if len(model) <= MAX_MODEL_BYTES // 4:
+        return model
+    return model.encode("utf-8", "surrogatepass")[:MAX_MODEL_BYTES].decode("utf-8", "ignore")
+
+
 def request_info(endpoint: str, body: Any) -> RequestInfo:
     """Read the fields of a decoded request body (a dict for well-formed requests)."""
     if not isinstance(body, dict):
@@ -50,7 +61,7 @@ def request_info(endpoint: str, body: Any) -> RequestInfo:
         n_inputs = len(inp) if isinstance(inp, list) and inp and not isinstance(inp[0], int) else 1
     return RequestInfo(
         endpoint=endpoint,
-        model=model if isinstance(model, str) else None,
+        model=_short_model(model),
         stream=stream,
         max_tokens=max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None,
         include_usage=include_usage,

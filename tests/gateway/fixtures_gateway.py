@@ -33,9 +33,11 @@ def start_gateway(
     port: int | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 30.0,
+    wrapper: Sequence[str] = (),
 ) -> Iterator[Server]:
     """`slogate gateway --listen 127.0.0.1:PORT --upstream … ARGS…` as a subprocess, ready at /healthz."""
-    with realservers.start_gateway(upstreams, port=port, extra_args=args, timeout=timeout, env=env) as server:
+    with realservers.start_gateway(upstreams, port=port, extra_args=args, timeout=timeout, env=env,
+                                   wrapper=wrapper) as server:
         yield server
 
 

@@ -260,6 +260,22 @@ async def test_router_admission_limits_queue_and_reject():
     assert router.metrics.rejections == {("default", "queue_full"): 1, ("default", "queue_timeout"): 1}
 
 
+async def test_router_token_limit_admits_by_tokens_not_requests():
+    router = Router([UpstreamSpec(url="http://a:1")], RoutingConfig(max_inflight_tokens=1000, queue_size=0))
+    big = chat(prompt_chars=400, max_tokens=600)  # ~700 tokens in flight
+    small = chat(prompt_chars=40, max_tokens=100)
+    l1 = await router.acquire(router.request(*big))
+    with pytest.raises(Rejected) as full:  # a second big one would pass 1000 tokens
+        await router.acquire(router.request(*big))
+    assert full.value.reason == "queue_full"
+    l2 = await router.acquire(router.request(*small))  # a small one still fits under the token limit
+    router.release(l1)
+    l3 = await router.acquire(router.request(*big))
+    router.release(l2)
+    router.release(l3)
+    assert router.states[0].inflight_tokens == 0 and router.states[0].inflight_requests == 0
+
+
 async def test_router_token_limit_and_pools_and_models():
     specs = [UpstreamSpec(url="http://s:1"), UpstreamSpec(url="http://l:1", pool="long"),
              UpstreamSpec(url="http://e:1", models=["embed"])]
