@@ -45,6 +45,8 @@ class Environment(msgspec.Struct, omit_defaults=True):
     retries: int | None = None  # retries before any response byte (connect error, 429/502/503)
     workers: int | None = None  # sending processes
     shards: list[str] = []  # merged runs: the shard specs combined
+    prompt_tokens: str | None = None  # length convention: "server" (prompt_tokens incl. template) | "content"
+    warmup_traffic: dict[str, int] = {}  # requests sent before the run, by kind: tokenize, calibration_chat, …
 
 
 class Results(msgspec.Struct, omit_defaults=False):
