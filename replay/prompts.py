@@ -155,3 +155,23 @@ async def _chat_overhead(counter: TokenCounter, probe: PromptBuilder, block_size
         return None
     o1, o2 = counts[0] - 8, counts[1] - min(block_size, 200)
     return o1, o1 == o2
+
+
+async def verify(counter: TokenCounter, plan: PromptPlan, requests: list[PlannedRequest], *, chat: bool,
+                 content: bool, sample: int = 8) -> tuple[int, int] | None:
+    """(exact, checked): the lengths of up to `sample` prompts spread over the workload, counted on the
+    target's tokenizer as the convention counts them (content: without BOS and template; server: as
+    the server does). None when this counter cannot count that way (a file has no chat template)."""
+    if not requests:
+        return None
+    builder = PromptBuilder(plan)
+    picked = requests[:: max(1, len(requests) // sample)][:sample]
+    special = await _special_tokens(counter) if content else 0
+    exact = 0
+    for req in picked:
+        text = builder.text(req)
+        n = await counter.count_chat(text) if chat and not content else await counter.count(text) - special
+        if n is None:
+            return None
+        exact += n == plan.base_tokens + builder.content_tokens(req)
+    return exact, len(picked)

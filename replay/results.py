@@ -46,6 +46,7 @@ class Environment(msgspec.Struct, omit_defaults=True):
     workers: int | None = None  # sending processes
     shards: list[str] = []  # merged runs: the shard specs combined
     prompt_tokens: str | None = None  # length convention: "server" (prompt_tokens incl. template) | "content"
+    prompt_lengths_checked: str | None = None  # "8 of 8 exact on server:/tokenize": sampled prompts counted before the run
     warmup_traffic: dict[str, int] = {}  # requests sent before the run, by kind: tokenize, calibration_chat, …
 
 

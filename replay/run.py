@@ -24,10 +24,10 @@ from slogate.replay import finish, measure
 from slogate.replay.client import ClientConfig
 from slogate.replay.forcing import Forcing, choose
 from slogate.replay.interrupt import Interrupt, Interrupted
-from slogate.replay.prompts import WORDS, PromptPlan, calibrate, content_convention
+from slogate.replay.prompts import WORDS, PromptPlan, calibrate, content_convention, verify
 from slogate.replay.results import Environment, Results
 from slogate.replay.target import Probe, check_model, parse_target, probe, start_sim
-from slogate.replay.tokenizers import FileTokenizer, UsageCounter, probe_server_tokenizer
+from slogate.replay.tokenizers import FileTokenizer, TokenCounter, UsageCounter, probe_server_tokenizer
 from slogate.replay.worker import Item, WorkerSpec, run_share
 from slogate.replay.workload import Workload, mean_rate, split_for_workers
 from slogate.traces.record import RequestRecord, TraceHeader
@@ -167,8 +167,13 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
         if warning:
             print(f"slogate replay: {warning}", file=sys.stderr, flush=True)
         traffic: dict[str, int] = {}
-        plan = await _prompt_plan(session, url, model, headers, options, workload, chat=path.endswith("chat/completions"),
-                                  traffic=traffic)
+        chat = path.endswith("chat/completions")
+        plan, counter = await _prompt_plan(session, url, model, headers, options, workload, chat=chat, traffic=traffic)
+        checked = None
+        if counter is not None and not isinstance(counter, UsageCounter):  # servers without usage: lengths checked here
+            with contextlib.suppress(TimeoutError, aiohttp.ClientError, UsageError):
+                checked = await verify(counter, plan, workload.requests, chat=chat,
+                                       content=options.prompt_tokens == "content")
     forcing = choose(options.force_output, info.kind)
     workers = options.workers or auto_workers(workload)
     client = ClientConfig(base_url=url, model=model, endpoint=path, stream=options.stream, headers=headers,
@@ -248,6 +253,8 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
     env.prompt_base_tokens = plan.base_tokens if plan.tokenizer != "none" else None
     env.prompt_tokens = options.prompt_tokens
     env.warmup_traffic = {k: v for k, v in sorted(traffic.items()) if v}
+    if checked is not None:
+        env.prompt_lengths_checked = f"{checked[0]} of {checked[1]} exact on {plan.tokenizer}"
     return _output(items, workload, options, env, cpu=cpu, signum=interrupt.signum)
 
 
@@ -263,8 +270,9 @@ def _shares(workload: Workload, workers: int, wspec: WorkerSpec) -> tuple[list, 
 
 
 async def _prompt_plan(session: aiohttp.ClientSession, url: str, model: str | None, headers: dict[str, str],
-                       options: ReplayOptions, workload: Workload, *, chat: bool, traffic: dict[str, int]) -> PromptPlan:
-    """The prompt plan; every request it sends to the target is counted in `traffic` by kind."""
+                       options: ReplayOptions, workload: Workload, *, chat: bool,
+                       traffic: dict[str, int]) -> tuple[PromptPlan, TokenCounter | None]:
+    """The prompt plan and its counter; every request it sends to the target is counted in `traffic` by kind."""
     choice = options.tokenizer
     usage = UsageCounter(session, url, model, headers)
     usage.traffic = traffic
@@ -275,7 +283,7 @@ async def _prompt_plan(session: aiohttp.ClientSession, url: str, model: str | No
     content = options.prompt_tokens == "content"
     if choice == "none":
         return PromptPlan(vocab=list(WORDS), base_tokens=0, seed=options.seed, block_size=workload.block_size,
-                          tokenizer="none", exact=False)
+                          tokenizer="none", exact=False), None
     if choice in (None, "server", "auto"):
         counter = await probe_server_tokenizer(session, url, model, headers, traffic)
         if counter is None and choice == "server":
@@ -295,7 +303,7 @@ async def _prompt_plan(session: aiohttp.ClientSession, url: str, model: str | No
                                chat_counter=fallback)
         if chat and not content and not options.calibrate:
             plan.exact = False  # chat template not measured (--no-calibrate): server lengths are off by it
-        return content_convention(plan) if content else plan
+        return (content_convention(plan) if content else plan), counter
     except (TimeoutError, aiohttp.ClientError) as exc:
         raise UsageError(f"prompt calibration against {url} failed: {exc}") from None
 

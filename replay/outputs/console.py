@@ -24,7 +24,8 @@ def rows(results: Results) -> list[tuple[str, str]]:
         ("server / clock", f"{env.server_kind or '-'} {env.server_version or ''} / {env.clock}".strip()),
         ("prompts / output forcing", f"{env.tokenizer or '-'} / {env.output_forcing or '-'}"
          + ("  (output length NOT forced: see drift)" if env.output_forcing == "none" else "")),
-        ("prompt length counts", _convention(env.prompt_tokens)),
+        ("prompt length counts", _convention(env.prompt_tokens)
+         + (f"; checked: {env.prompt_lengths_checked}" if env.prompt_lengths_checked else "")),
         ("sent before the run", ", ".join(f"{v} {k}" for k, v in env.warmup_traffic.items()) or "nothing"),
         ("requests (failed)", f"{s.requests} ({s.failed})"),
         ("duration", f"{s.duration_s:.2f} s"),

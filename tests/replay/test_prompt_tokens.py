@@ -33,6 +33,9 @@ def test_server_and_content_conventions_differ_by_the_template() -> None:
     traffic = content.results.environment.warmup_traffic
     assert traffic.get("tokenize", 0) > 0 and "calibration_chat" not in traffic
     assert server.results.environment.warmup_traffic.get("tokenize", 0) > 0
+    # lengths checked on the target's tokenizer before the run, as each convention counts them
+    assert server.results.environment.prompt_lengths_checked == "6 of 6 exact on server:/tokenize"
+    assert content.results.environment.prompt_lengths_checked == "6 of 6 exact on server:/tokenize"
 
 
 def test_no_calibrate_sends_no_chat_and_needs_a_tokenizer() -> None:
