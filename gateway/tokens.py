@@ -102,6 +102,10 @@ class GatewayTokens:
                 batch.append(self._queue.get_nowait())
             try:
                 counts = await self._count([item[1] for item in batch])
+            except asyncio.CancelledError:  # closing mid-count: this batch is recorded as estimated
+                for record, body, done in batch:
+                    done(record, body)
+                raise
             except Exception:
                 log.warning("counting prompt tokens failed; the estimates are kept", exc_info=False)
                 counts = [None] * len(batch)
