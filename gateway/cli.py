@@ -127,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--health-path", metavar="PATH", help="health check path (default /health)")
     r.add_argument("--retries", type=int, metavar="N",
                    help="retry on another upstream before any byte reached the client (default 2)")
+    k = p.add_argument_group("token counting (upstreams that send no usage)")
+    k.add_argument("--tokenizer", metavar="FILE|URL", help="count input tokens exactly: a tokenizer.json (pip install "
+                   "'slogate[tokenizer]') or the server's tokenize URL (http://HOST:PORT/tokenize, …/extras/tokenize); "
+                   "off the hot path. Without it, prompts are estimated at bytes/4 and marked estimated")
+    k.add_argument("--chat-template", choices=["none", "gemma", "chatml", "llama3"], help="chat template applied "
+                   "before counting with a file or /extras/tokenize (default none: content only, stays estimated)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -169,6 +175,8 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "routing.health.interval": args.health_interval,
         "routing.health.path": args.health_path,
         "routing.retries": args.retries,
+        "tokens.tokenizer": args.tokenizer,
+        "tokens.template": args.chat_template,
     }
     if args.trust_header_from:
         out["trust_header_from"] = [c for c in args.trust_header_from if c != "none"]

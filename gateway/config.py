@@ -17,6 +17,7 @@ import msgspec
 from slogate.gateway.routing.config import RoutingConfig, check_routing, specs_from
 from slogate.gateway.routing.health import HealthConfig
 from slogate.gateway.routing.upstreams import UpstreamSpec
+from slogate.gateway.tokens import TEMPLATES
 from slogate.traces.slo import Slo, SloError, parse_duration, parse_slo
 from slogate.traces.usage import UsageError
 
@@ -52,6 +53,13 @@ class TraceConfig(msgspec.Struct, forbid_unknown_fields=True):
     chunk_times: bool = False  # also store every chunk offset per request
 
 
+class TokensConfig(msgspec.Struct, forbid_unknown_fields=True):
+    """Exact input tokens when the upstream sends no usage (gateway/tokens.py)."""
+
+    tokenizer: str | None = None  # a tokenizer.json, or the server's tokenize URL (…/tokenize, …/extras/tokenize)
+    template: str = "none"  # chat template applied before counting: none, gemma, chatml, llama3
+
+
 class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
     listen: str = "0.0.0.0:8080"
     admin_listen: str | None = None  # /metrics and /slogate/status here instead of on `listen`
@@ -72,6 +80,7 @@ class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
     client: ClientConfig = msgspec.field(default_factory=ClientConfig)
     trace: TraceConfig = msgspec.field(default_factory=TraceConfig)
     routing: RoutingConfig = msgspec.field(default_factory=RoutingConfig)
+    tokens: TokensConfig = msgspec.field(default_factory=TokensConfig)
 
 
 # What a value must look like, per key (used in error messages).
@@ -143,6 +152,8 @@ FLAGS: dict[str, str] = {
     "trace.rotate_seconds": "--trace-rotate-seconds",
     "trace.queue_size": "--trace-queue-size",
     "routing.queue_timeout": "--queue-timeout",
+    "tokens.tokenizer": "--tokenizer",
+    "tokens.template": "--chat-template",
 }
 
 
@@ -279,6 +290,8 @@ def _check(cfg: GatewayConfig) -> None:
         if not (url.startswith("http://") or url.startswith("https://")) or len(url.split("://", 1)[1]) == 0:
             raise _bad("upstreams", url, "URLs starting with http:// or https://")
     parse_slos(cfg.slos)
+    if cfg.tokens.template not in TEMPLATES:
+        raise _bad("tokens.template", cfg.tokens.template, ", ".join(TEMPLATES))
     check_routing(cfg.routing, upstream_specs(cfg))
 
 

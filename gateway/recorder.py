@@ -18,7 +18,7 @@ from slogate.traces.slo import Slo, is_good
 
 
 class Recorder:
-    __slots__ = ("capture", "metrics", "slos", "start_ns", "status")
+    __slots__ = ("capture", "metrics", "slos", "start_ns", "status", "tokens")
 
     def __init__(
         self,
@@ -33,6 +33,7 @@ class Recorder:
         self.status = status
         self.capture = capture
         self.start_ns = start_ns
+        self.tokens: Any = None  # gateway.tokens.GatewayTokens when a tokenizer is configured
 
     def finish(self, record: RequestRecord, body: Any) -> None:
         goods = tuple(is_good(record, slo) for slo in self.slos)

@@ -32,6 +32,7 @@ from slogate.gateway.relay import Relay
 from slogate.gateway.routing.router import Router
 from slogate.gateway.status import StatusWindow, health_response
 from slogate.gateway.timeouts import Deadlines
+from slogate.gateway.tokens import GatewayTokens
 from slogate.gateway.upstream import Upstream
 from slogate.traces.fdtable import reserve_fds
 from slogate.traces.runtime import shorten_switch_interval
@@ -64,6 +65,8 @@ class Gateway:
             if cfg.trace.dir else None
         )
         self.recorder = Recorder(slos, self.metrics, self.status, self.capture, self.start_ns)
+        if cfg.tokens.tokenizer:  # exact input tokens when upstreams send no usage (gateway/tokens.py)
+            self.recorder.tokens = GatewayTokens(cfg.tokens.tokenizer, cfg.tokens.template)
         self.deadlines = Deadlines()
         self.relay = Relay(cfg, self.router, self.recorder, self.start_ns, self.deadlines)
         self.registry = make_registry(MetricsCollector(self.metrics, self._inflight, self.recorder.trace_counts))
@@ -138,6 +141,8 @@ class Gateway:
         if self.capture is not None:
             self.capture.start()
         self.deadlines.start()
+        if self.recorder.tokens is not None:
+            self.recorder.tokens.start()
         await self.router.start()
         self._tasks.append(asyncio.create_task(watch_loop_lag(self.metrics, self.cfg.loop_lag_interval)))
 
@@ -151,6 +156,8 @@ class Gateway:
         await self.router.close()
         for u in self.upstreams:
             await u.close()
+        if self.recorder.tokens is not None:
+            await self.recorder.tokens.close()  # records still queued go to the capture as estimated
         if self.capture is not None:
             self.capture.stop_batching()
             await asyncio.to_thread(self.capture.close)

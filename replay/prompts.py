@@ -33,6 +33,7 @@ class PromptPlan(msgspec.Struct):
     block_size: int = 512
     tokenizer: str = "none"  # where the counts came from: "server:/tokenize", "file:…", "calibrated"
     exact: bool = True  # additivity verified on the target's tokenizer
+    anchor_tokens: int = 0  # tokens of the anchor alone (no BOS, no template): the `content` convention's base
 
 
 class PromptBuilder:
@@ -112,11 +113,12 @@ async def calibrate(counter: TokenCounter, *, chat: bool, seed: int, block_size:
 async def _try(counter: TokenCounter, anchor: str, *, chat: bool, seed: int, block_size: int,
                chat_counter: TokenCounter | None) -> PromptPlan:
     base0 = await counter.count(anchor) if anchor else await counter.count("")
+    special = await _special_tokens(counter) if anchor else base0
     vocab = await select_vocab(counter, list(WORDS), base0, anchor)
     if len(vocab) < 16:
         vocab = list(WORDS)  # the target splits words oddly: build anyway, report drift
     plan = PromptPlan(vocab=vocab, base_tokens=base0, anchor=anchor, seed=seed, block_size=block_size,
-                      tokenizer=counter.name)
+                      tokenizer=counter.name, anchor_tokens=max(0, base0 - special))
     probe = PromptBuilder(plan)
     sample = PlannedRequest(t=0, input_tokens=base0 + block_size + block_size // 2 + 7, output_tokens=1,
                             hash_ids=[1 << 62, (1 << 62) + 1])
@@ -129,6 +131,22 @@ async def _try(counter: TokenCounter, anchor: str, *, chat: bool, seed: int, blo
     return plan
 
 
+async def _special_tokens(counter: TokenCounter) -> int:
+    """Tokens the target adds to any prompt (BOS): the count of an empty prompt (0 when it cannot say)."""
+    from slogate.traces.usage import UsageError
+
+    try:
+        return await counter.count("")
+    except UsageError:
+        return 0
+
+
+def content_convention(plan: PromptPlan) -> PromptPlan:
+    """The plan whose request lengths count the message content only (AIPerf, guidellm, vllm bench):
+    the target's BOS and chat template come on top, so the server's prompt_tokens is larger."""
+    return msgspec.structs.replace(plan, base_tokens=plan.anchor_tokens)
+
+
 async def _chat_overhead(counter: TokenCounter, probe: PromptBuilder, block_size: int) -> tuple[int, bool] | None:
     """(template overhead, constant across lengths) for one user message."""
     texts = [probe.plan.anchor + "".join(probe.block_words(1 << 61, k)) for k in (8, min(block_size, 200))]
@@ -137,3 +155,23 @@ async def _chat_overhead(counter: TokenCounter, probe: PromptBuilder, block_size
         return None
     o1, o2 = counts[0] - 8, counts[1] - min(block_size, 200)
     return o1, o1 == o2
+
+
+async def verify(counter: TokenCounter, plan: PromptPlan, requests: list[PlannedRequest], *, chat: bool,
+                 content: bool, sample: int = 8) -> tuple[int, int] | None:
+    """(exact, checked): the lengths of up to `sample` prompts spread over the workload, counted on the
+    target's tokenizer as the convention counts them (content: without BOS and template; server: as
+    the server does). None when this counter cannot count that way (a file has no chat template)."""
+    if not requests:
+        return None
+    builder = PromptBuilder(plan)
+    picked = requests[:: max(1, len(requests) // sample)][:sample]
+    special = await _special_tokens(counter) if content else 0
+    exact = 0
+    for req in picked:
+        text = builder.text(req)
+        n = await counter.count_chat(text) if chat and not content else await counter.count(text) - special
+        if n is None:
+            return None
+        exact += n == plan.base_tokens + builder.content_tokens(req)
+    return exact, len(picked)

@@ -57,6 +57,9 @@ class Environment(msgspec.Struct, omit_defaults=True):
     precision: str | None = None  # weight dtype
     engine: dict[str, str] = {}  # engine flags: max_num_seqs, max_num_batched_tokens, tp, prefix_caching, …
     recorded_by: dict[str, str] = {}  # field -> where its value came from ("server /props", "label", …)
+    prompt_tokens: str | None = None  # length convention: "server" (prompt_tokens incl. template) | "content"
+    prompt_lengths_checked: str | None = None  # "8 of 8 exact on server:/tokenize": sampled prompts counted before the run
+    warmup_traffic: dict[str, int] = {}  # requests sent before the run, by kind: tokenize, calibration_chat, …
 
 
 class Results(msgspec.Struct, omit_defaults=False):

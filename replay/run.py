@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -23,10 +24,10 @@ from slogate.replay import finish, measure
 from slogate.replay.client import ClientConfig
 from slogate.replay.forcing import Forcing, choose
 from slogate.replay.interrupt import Interrupt, Interrupted
-from slogate.replay.prompts import WORDS, PromptPlan, calibrate
+from slogate.replay.prompts import WORDS, PromptPlan, calibrate, content_convention, verify
 from slogate.replay.results import Environment, Results
-from slogate.replay.target import Probe, apply_probe, parse_target, probe, start_sim
-from slogate.replay.tokenizers import FileTokenizer, UsageCounter, probe_server_tokenizer
+from slogate.replay.target import Probe, apply_probe, check_model, parse_target, probe, start_sim
+from slogate.replay.tokenizers import FileTokenizer, TokenCounter, UsageCounter, probe_server_tokenizer
 from slogate.replay.worker import Item, WorkerSpec, run_share
 from slogate.replay.workload import Workload, mean_rate, split_for_workers
 from slogate.traces.record import RequestRecord, TraceHeader
@@ -67,6 +68,8 @@ class ReplayOptions(msgspec.Struct, kw_only=True):
     trace_digest: str | None = None
     keep_chunk_times: bool = True
     stop_on_error: bool = False  # session timing: a failed turn ends its session (--on-turn-error stop)
+    prompt_tokens: str = "server"  # server: prompt_tokens on the server (template included) | content: message content
+    calibrate: bool = True  # False (--no-calibrate): no calibration chats; needs a tokenizer
     drain_timeout_s: float = 5.0  # after Ctrl-C/SIGTERM: how long requests in flight may finish before cancel
 
 
@@ -162,9 +165,17 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
         info = await probe(session, url, headers, wait_s=15.0 if started else 0.0)
         model = options.model or (info.models[0] if info.models else None)
-        if options.model and info.models and options.model not in info.models:
-            raise UsageError(f"model {options.model!r} is not served by {url} (it serves {', '.join(info.models)}); fix --model")
-        plan = await _prompt_plan(session, url, model, headers, options, workload, chat=path.endswith("chat/completions"))
+        warning = check_model(options.model, info.models, url)
+        if warning:
+            print(f"slogate replay: {warning}", file=sys.stderr, flush=True)
+        traffic: dict[str, int] = {}
+        chat = path.endswith("chat/completions")
+        plan, counter = await _prompt_plan(session, url, model, headers, options, workload, chat=chat, traffic=traffic)
+        checked = None
+        if counter is not None and not isinstance(counter, UsageCounter):  # servers without usage: lengths checked here
+            with contextlib.suppress(TimeoutError, aiohttp.ClientError, UsageError):
+                checked = await verify(counter, plan, workload.requests, chat=chat,
+                                       content=options.prompt_tokens == "content")
     forcing = choose(options.force_output, info.kind)
     workers = options.workers or auto_workers(workload)
     client = ClientConfig(base_url=url, model=model, endpoint=path, stream=options.stream, headers=headers,
@@ -247,6 +258,10 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
                        start_wall, workers=workers)
     env.models = info.models
     env.prompt_base_tokens = plan.base_tokens if plan.tokenizer != "none" else None
+    env.prompt_tokens = options.prompt_tokens
+    env.warmup_traffic = {k: v for k, v in sorted(traffic.items()) if v}
+    if checked is not None:
+        env.prompt_lengths_checked = f"{checked[0]} of {checked[1]} exact on {plan.tokenizer}"
     out = _output(items, workload, options, env, cpu=cpu, signum=interrupt.signum)
     if not (replicas and len(replicas) > 1):  # one server's counters cover the whole run
         from slogate.replay.sessions import counter_hit_rate
@@ -267,14 +282,22 @@ def _shares(workload: Workload, workers: int, wspec: WorkerSpec) -> tuple[list, 
 
 
 async def _prompt_plan(session: aiohttp.ClientSession, url: str, model: str | None, headers: dict[str, str],
-                       options: ReplayOptions, workload: Workload, *, chat: bool) -> PromptPlan:
+                       options: ReplayOptions, workload: Workload, *, chat: bool,
+                       traffic: dict[str, int]) -> tuple[PromptPlan, TokenCounter | None]:
+    """The prompt plan and its counter; every request it sends to the target is counted in `traffic` by kind."""
     choice = options.tokenizer
     usage = UsageCounter(session, url, model, headers)
+    usage.traffic = traffic
+    if not options.calibrate and choice in (None, "auto", "calibrate", "none"):
+        raise UsageError("--no-calibrate needs a tokenizer: --tokenizer FILE (tokenizer.json) or --tokenizer server")
+    if options.prompt_tokens not in ("server", "content"):
+        raise UsageError(f"bad --prompt-tokens {options.prompt_tokens!r}: use server or content")
+    content = options.prompt_tokens == "content"
     if choice == "none":
         return PromptPlan(vocab=list(WORDS), base_tokens=0, seed=options.seed, block_size=workload.block_size,
-                          tokenizer="none", exact=False)
+                          tokenizer="none", exact=False), None
     if choice in (None, "server", "auto"):
-        counter = await probe_server_tokenizer(session, url, model, headers)
+        counter = await probe_server_tokenizer(session, url, model, headers, traffic)
         if counter is None and choice == "server":
             raise UsageError(f"{url} has no /tokenize endpoint: use --tokenizer calibrate or --tokenizer FILE")
         counter = counter or usage
@@ -284,9 +307,15 @@ async def _prompt_plan(session: aiohttp.ClientSession, url: str, model: str | No
         if not os.path.exists(choice):
             raise UsageError(f"no such tokenizer file: {choice} (or use --tokenizer server|calibrate|none)")
         counter = FileTokenizer(choice)
+    # the template is measured only when lengths count it (server) and calibration chats are allowed
+    template = chat and not content and options.calibrate
+    fallback = None if isinstance(counter, UsageCounter) or not options.calibrate else _ChatFallback(counter, usage)
     try:
-        return await calibrate(counter, chat=chat, seed=options.seed, block_size=workload.block_size, chat_counter=None
-                               if isinstance(counter, UsageCounter) else _ChatFallback(counter, usage))
+        plan = await calibrate(counter, chat=template, seed=options.seed, block_size=workload.block_size,
+                               chat_counter=fallback)
+        if chat and not content and not options.calibrate:
+            plan.exact = False  # chat template not measured (--no-calibrate): server lengths are off by it
+        return (content_convention(plan) if content else plan), counter
     except (TimeoutError, aiohttp.ClientError) as exc:
         raise UsageError(f"prompt calibration against {url} failed: {exc}") from None
 

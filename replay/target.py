@@ -331,3 +331,19 @@ def _kind(owners: set[str], version_body: object, server_header: str) -> str:
     if isinstance(version_body, dict) and set(version_body) == {"version"}:
         return "vllm"  # vLLM's /version is exactly {"version": "..."}
     return "unknown"
+
+
+def _path_like(model_id: str) -> bool:
+    """An id that is a file path (llama.cpp lists `/models/gemma.gguf`): such servers accept any name."""
+    return "/" in model_id and (model_id.startswith(("/", ".", "~")) or model_id.endswith((".gguf", ".bin", ".safetensors")))
+
+
+def check_model(model: str | None, models: list[str], url: str) -> str | None:
+    """None when `--model` is served; a warning when the server lists a path-like id (it accepts any
+    name); otherwise a `UsageError` naming what the server serves."""
+    if not model or not models or model in models:
+        return None
+    if any(_path_like(m) for m in models):
+        return (f"warning: {url} lists {', '.join(models)} (a file path); sending model {model!r} as given "
+                "(servers that list a path accept any name)")
+    raise UsageError(f"model {model!r} is not served by {url} (it serves {', '.join(models)}); fix --model")

@@ -16,6 +16,7 @@ from slogate.traces.usage import UsageError
 
 class TokenCounter(Protocol):
     name: str
+    traffic: dict[str, int]  # requests sent to the target, by kind (results.json environment.warmup_traffic)
 
     async def count(self, text: str) -> int: ...
 
@@ -39,8 +40,10 @@ class ServerTokenizer:
         self.session, self.base, self.model, self.path, self.headers = session, base_url, model, path, headers
         self.name = f"server:{path}"
         self._chat_ok = True
+        self.traffic: dict[str, int] = {}
 
     async def _post(self, body: dict) -> int | None:
+        self.traffic["tokenize"] = self.traffic.get("tokenize", 0) + 1
         async with self.session.post(self.base + self.path, json=body, headers=self.headers) as resp:
             if resp.status != 200:
                 return None
@@ -63,10 +66,12 @@ class ServerTokenizer:
 
 
 async def probe_server_tokenizer(session: aiohttp.ClientSession, base_url: str, model: str | None,
-                                 headers: dict[str, str]) -> ServerTokenizer | None:
-    """The server's tokenize endpoint when it has a working one."""
+                                 headers: dict[str, str], traffic: dict[str, int] | None = None) -> ServerTokenizer | None:
+    """The server's tokenize endpoint when it has a working one (calls counted in `traffic`)."""
+    traffic = {} if traffic is None else traffic
     for path in ("/tokenize", "/extras/tokenize"):
         tok = ServerTokenizer(session, base_url, model, path, headers)
+        tok.traffic = traffic
         try:
             body = {"model": model, "input": "Text: the"} if path == "/extras/tokenize" else {"model": model, "prompt": "Text: the"}
             if await tok._post(body) is not None:
@@ -89,6 +94,7 @@ class FileTokenizer:
         except Exception as exc:  # the library raises its own exception types
             raise UsageError(f"cannot load tokenizer file {path}: {exc}") from None
         self.name = f"file:{path}"
+        self.traffic: dict[str, int] = {}  # a local file sends nothing
 
     async def count(self, text: str) -> int:
         return len(self._tok.encode(text).ids)
@@ -103,8 +109,11 @@ class UsageCounter:
     def __init__(self, session: aiohttp.ClientSession, base_url: str, model: str | None, headers: dict[str, str]):
         self.session, self.base, self.model, self.headers = session, base_url, model, headers
         self.name = "calibrated"
+        self.traffic: dict[str, int] = {}
 
     async def _usage(self, path: str, body: dict) -> int | None:
+        kind = "calibration_chat" if path.endswith("chat/completions") else "calibration_completion"
+        self.traffic[kind] = self.traffic.get(kind, 0) + 1
         body = {"model": self.model, "max_tokens": 1, "stream": False, **body}
         async with self.session.post(self.base + path, json=body, headers=self.headers) as resp:
             if resp.status != 200:

@@ -98,11 +98,18 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--retry-backoff", default="0.5", help="first retry delay, doubled each retry")
     r.add_argument("--force-output", default="auto", help="auto | ignore_eos | min_tokens | logit-bias:JSON | none")
     r.add_argument("--tokenizer", help="auto (default: server /tokenize, else calibrate) | server | calibrate | none | FILE (tokenizer.json)")
+    t = p.add_argument_group("prompt lengths (issue 20)")
+    t.add_argument("--prompt-tokens", default="server", choices=["server", "content"],
+                   help="what a prompt length counts: server = the server's prompt_tokens, chat template included "
+                        "(default); content = tokens of the message content, as AIPerf, guidellm and vllm bench count")
+    t.add_argument("--no-calibrate", action="store_true", help="send no calibration chats before the run (needs "
+                   "--tokenizer FILE or server; with --prompt-tokens server the template is then not counted)")
     s = p.add_argument_group("sending and results")
     s.add_argument("--workers", type=int, help="sender processes (default auto: 1 below 200 req/s)")
     s.add_argument("--virtual", action="store_true", help="sim target only: run in virtual time, no HTTP")
     s.add_argument("--lag-bound", default="10ms", help="schedule-lag p99 above this marks the run degraded")
-    s.add_argument("--slo", action="append", default=[], help="[NAME:]ttft=0.5,tpot=50ms,e2e=30 (repeatable; first drives goodput)")
+    s.add_argument("--slo", action="append", default=[], help="[NAME:]ttft=0.5,tpot=50ms,e2e=30 — NAME: is optional "
+                   "(ttft=0.5 alone works); repeatable, the first drives goodput")
     s.add_argument("--cost-per-hour", type=float, help="USD/hour of the whole setup → cost per 1M tokens and per 1k requests")
     s.add_argument("--label", action="append", default=[], help="K=V environment label (repeatable): gpu=H100")
     s.add_argument("--scrape-metrics", nargs="?", const="1", help="sample the target's /metrics every N s (default 1) into DIR/metrics.jsonl")
@@ -266,7 +273,9 @@ def plan(ns: argparse.Namespace, *, command: list[str]) -> tuple[wl.Workload, Re
         out_dir=str(out), start_at=ns.start_at, shard=ns.shard,
         progress=not ns.quiet and sys.stdout.isatty() and not ns.virtual,
         command=command, trace=trace_path, trace_digest=digest,
-        keep_chunk_times=not ns.no_chunk_times, stop_on_error=getattr(ns, "on_turn_error", "continue") == "stop", drain_timeout_s=seconds(ns.drain_timeout, "--drain-timeout"),
+        keep_chunk_times=not ns.no_chunk_times, stop_on_error=getattr(ns, "on_turn_error", "continue") == "stop",
+        prompt_tokens=ns.prompt_tokens, calibrate=not ns.no_calibrate,
+        drain_timeout_s=seconds(ns.drain_timeout, "--drain-timeout"),
     )
     return w, options
 

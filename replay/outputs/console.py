@@ -24,6 +24,9 @@ def rows(results: Results) -> list[tuple[str, str]]:
         ("server / clock", f"{env.server_kind or '-'} {env.server_version or ''} / {env.clock}".strip()),
         ("prompts / output forcing", f"{env.tokenizer or '-'} / {env.output_forcing or '-'}"
          + ("  (output length NOT forced: see drift)" if env.output_forcing == "none" else "")),
+        ("prompt length counts", _convention(env.prompt_tokens)
+         + (f"; checked: {env.prompt_lengths_checked}" if env.prompt_lengths_checked else "")),
+        ("sent before the run", ", ".join(f"{v} {k}" for k, v in env.warmup_traffic.items()) or "nothing"),
         ("requests (failed)", f"{s.requests} ({s.failed})"),
         ("duration", f"{s.duration_s:.2f} s"),
         ("offered / sent / completed rate", f"{_f(s.offered_rate_rps)} / {_f(s.send_rate_rps)} / {s.request_rate_rps:.2f} req/s"),
@@ -32,7 +35,8 @@ def rows(results: Results) -> list[tuple[str, str]]:
         (f"goodput ({s.slo or 'no SLO: successes'})", f"{s.goodput_rps:.2f} req/s, {s.goodput_tokens_per_s:.1f} tok/s"),
         ("SLO attainment", "-" if s.slo_attainment is None else f"{100 * s.slo_attainment:.1f} %"),
     ]
-    for name, summ in (("TTFT", s.ttft_s), ("TPOT", s.tpot_s), ("ITL", s.itl_s), ("E2E", s.e2e_s),
+    for name, summ in (("TTFT", s.ttft_s), ("TPOT = ITL (per request)", s.tpot_s),
+                       ("ITL (all gaps pooled)", s.itl_s), ("E2E", s.e2e_s),
                        ("effective E2E", s.effective_e2e_s), ("schedule lag", s.schedule_lag_s)):
         out.append((f"{name} p50/p90/p99/max ms", _pcts(summ)))
     out.append(("token drift in/out", f"{_pct(s.input_token_drift)} / {_pct(s.output_token_drift)}"))
@@ -41,6 +45,12 @@ def rows(results: Results) -> list[tuple[str, str]]:
         out.append(("$/1k requests (goodput)", f"{_f(s.cost_per_1k_requests)} ({_f(s.goodput_cost_per_1k_requests)})"))
     out.append(("degraded", "no" if not s.degraded else "YES: " + "; ".join(s.degraded_reasons)))
     return out
+
+
+def _convention(name: str | None) -> str:
+    if name == "content":
+        return "content (message tokens, as AIPerf/guidellm/vllm bench; the server adds its template)"
+    return "server (the server's prompt_tokens, chat template included)" if name == "server" else "-"
 
 
 def _interrupted(results: Results) -> str:
