@@ -22,7 +22,7 @@ from aiohttp import web
 from aiohttp.web_request import BaseRequest
 
 from slogate.gateway.capture import Capture, perf_epoch
-from slogate.gateway.config import GatewayConfig, parse_hostport, parse_slos, upstream_specs
+from slogate.gateway.config import GatewayConfig, known_models, parse_hostport, parse_slos, upstream_specs
 from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render, watch_loop_lag
 from slogate.gateway.recorder import Recorder
 from slogate.gateway.relay import Relay
@@ -54,7 +54,9 @@ class Gateway:
         for state in self.router.states:  # the router keeps the load; the Upstream owns the connections
             state.target = Upstream(state.spec.url, state.name)
             self.upstreams.append(state.target)
-        self.metrics = LiveMetrics([s.name for s in slos], max_models=cfg.max_model_labels)
+        self.metrics = LiveMetrics([s.name for s in slos], max_models=cfg.max_model_labels,
+                                   known_models=known_models(cfg), provider=cfg.provider_name,
+                                   legacy_model_label=cfg.legacy_model_label)
         self.status = StatusWindow(slos, self.start_ns)
         self.capture = (
             Capture(cfg, start_ns=self.start_ns, start_unix=self.start_unix, config_digest=config_digest(cfg))
