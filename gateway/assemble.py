@@ -69,9 +69,9 @@ def unsent_record(info: RequestInfo, *, t0_ns: int, start_ns: int, t_end: int, s
     return record
 
 
-def hand_off(recorder: Recorder, record: RequestRecord, parsed: Any) -> None:
-    """To live metrics, the status window and the capture; metrics must never break the relay."""
+def hand_off(recorder: Recorder, record: RequestRecord, parsed: Any, traceparent: str | None = None) -> None:
+    """To live metrics, the status window, the capture and the sinks; metrics must never break the relay."""
     try:
-        recorder.finish(record, parsed)
+        recorder.finish(record, parsed, traceparent)
     except Exception:
         log.exception("recording a request failed")

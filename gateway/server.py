@@ -24,7 +24,7 @@ from aiohttp.web_request import BaseRequest
 from slogate.gateway.capture import Capture, perf_epoch
 from slogate.gateway.config import GatewayConfig, known_models, parse_hostport, parse_slos, upstream_specs
 from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render, watch_loop_lag
-from slogate.gateway.recorder import Recorder
+from slogate.gateway.recorder import Recorder, Sink
 from slogate.gateway.relay import Relay
 from slogate.gateway.routing.router import Router
 from slogate.gateway.status import StatusWindow, health_response
@@ -62,7 +62,8 @@ class Gateway:
             Capture(cfg, start_ns=self.start_ns, start_unix=self.start_unix, config_digest=config_digest(cfg))
             if cfg.trace.dir else None
         )
-        self.recorder = Recorder(slos, self.metrics, self.status, self.capture, self.start_ns)
+        self.sinks = _sinks(cfg, self.start_unix)
+        self.recorder = Recorder(slos, self.metrics, self.status, self.capture, self.start_ns, self.sinks)
         self.deadlines = Deadlines()
         self.relay = Relay(cfg, self.router, self.recorder, self.start_ns, self.deadlines)
         self.registry = make_registry(MetricsCollector(self.metrics, self._inflight, self.recorder.trace_counts))
@@ -133,6 +134,8 @@ class Gateway:
         if self.capture is not None:
             self.capture.start()
         self.deadlines.start()
+        for sink in self.sinks:
+            sink.start()
         await self.router.start()
         self._tasks.append(asyncio.create_task(watch_loop_lag(self.metrics, self.cfg.loop_lag_interval)))
 
@@ -149,6 +152,22 @@ class Gateway:
         if self.capture is not None:
             self.capture.stop_batching()
             await asyncio.to_thread(self.capture.close)
+        for sink in self.sinks:
+            await sink.close()
+
+
+def _sinks(cfg: GatewayConfig, start_unix: float) -> list[Sink]:
+    """The optional per-request sinks: access log and OpenTelemetry spans."""
+    sinks: list[Sink] = []
+    if cfg.access_log is not None:
+        from slogate.gateway.access_log import AccessLog
+
+        sinks.append(AccessLog(cfg.access_log, start_unix))
+    if cfg.otel:
+        from slogate.gateway.otel import OtelSpans
+
+        sinks.append(OtelSpans(start_unix, cfg.provider_name))
+    return sinks
 
 
 def _server(handler: Handler, cfg: GatewayConfig) -> web.Server:
@@ -188,6 +207,8 @@ async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None) -> Non
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):  # log rotation
+        loop.add_signal_handler(signal.SIGHUP, lambda: [sink.reopen() for sink in gateway.sinks])
     runners: list[web.BaseRunner] = []
     grace: asyncio.TimerHandle | None = None
     try:
