@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UsageError(f"bad --refine {args.refine}: a number of extra runs ≥ 0")
     opt, mode, flag = next(m for m in MODES if getattr(args, m[0]) is not None)
     xs = parse_points(getattr(args, opt), opt, integer=mode == "concurrency")
-    replay_ns = replay_cli.parser().parse_args(replay_args)  # a mistake stops the sweep before its first point
+    replay_ns = replay_cli.parse_args(replay_args)  # a mistake stops the sweep before its first point
     sweep = run_sweep(replay_args, replay_ns, mode=mode, flag=flag, xs=xs, out=Path(args.out),
                       attainment=args.attainment, refine=args.refine, verbose=args.replay_output,
                       command=["slogate", "sweep", *(argv if argv is not None else sys.argv[1:])])
