@@ -199,6 +199,10 @@ def _convert(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
     print(f"wrote {n:,} records to {args.output} ({to})")
+    if to == "mooncake":
+        from slogate.traces.formats.peers import mooncake_commands
+
+        print(mooncake_commands(args.output, records))
     return 0
 
 
