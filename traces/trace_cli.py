@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("input", metavar="IN")
     p.add_argument("output", metavar="OUT")
     p.add_argument("--from", dest="fmt", metavar="FMT", help=fmt_help)
-    p.add_argument("--to", dest="to", metavar="FMT", help="output format (slogate, mooncake, azure); guessed from OUT's name")
+    p.add_argument("--to", dest="to", metavar="FMT", help="output format (slogate, mooncake, azure, csv, parquet); guessed from OUT's name (.csv means azure)")
     p.add_argument("--azure-layout", choices=("2023", "2024"), help="Azure CSV timestamp layout (default: as imported, else 2024)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
 
