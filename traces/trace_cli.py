@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    fmt_help = f"input format ({', '.join(formats.FORMATS)}); guessed when omitted"
+    fmt_help = f"input format ({', '.join(formats.INPUT_FORMATS)}); guessed when omitted"
 
     p = sub.add_parser("stats", help="requests, span, rate, burstiness, token lengths, prefix reuse",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -20,10 +20,11 @@ FORMATS: tuple[str, ...] = ("slogate", "mooncake", "azure", "burstgpt", "csv", "
 Loaded = tuple[TraceHeader, list[RequestRecord]]
 PathLike = str | os.PathLike[str]
 _SNIFF_BYTES = 4096
+INPUT_FORMATS = tuple(f for f in FORMATS if f not in ("csv", "parquet"))
 _MODULES = {"csv": "table_csv", "parquet": "table_parquet"}  # not `csv`: that would shadow the stdlib here
 
 
-__all__ = ["FORMATS", "FormatError", "TraceError", "guess_format", "load", "module", "save"]
+__all__ = ["FORMATS", "INPUT_FORMATS", "FormatError", "TraceError", "guess_format", "load", "module", "save"]
 
 
 class FormatError(ValueError):
