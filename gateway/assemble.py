@@ -69,13 +69,13 @@ def unsent_record(info: RequestInfo, *, t0_ns: int, start_ns: int, t_end: int, s
     return record
 
 
-def hand_off(recorder: Recorder, record: RequestRecord, parsed: Any) -> None:
-    """To live metrics, the status window and the capture; metrics must never break the relay.
+def hand_off(recorder: Recorder, record: RequestRecord, parsed: Any, traceparent: str | None = None) -> None:
+    """To live metrics, the status window, the capture and the sinks; metrics must never break the relay.
     An estimated prompt goes through the tokenizer queue first (gateway.tokens), when one is configured."""
     try:
         if recorder.tokens is not None and record.input_estimated and parsed is not None:
-            recorder.tokens.submit(record, parsed, recorder.finish)
+            recorder.tokens.submit(record, parsed, lambda rec, body: recorder.finish(rec, body, traceparent))
             return
-        recorder.finish(record, parsed)
+        recorder.finish(record, parsed, traceparent)
     except Exception:
         log.exception("recording a request failed")

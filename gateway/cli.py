@@ -134,7 +134,22 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--chat-template", choices=["none", "gemma", "chatml", "llama3"], help="chat template applied "
                    "before counting with a file or /extras/tokenize (default none: content only, stays estimated)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    _ecosystem_flags(p)
     return p
+
+
+def _ecosystem_flags(p: argparse.ArgumentParser) -> None:
+    """Semconv metric labels, logs and OTLP export (issue 17)."""
+    e = p.add_argument_group("metrics labels, logs, OpenTelemetry")
+    e.add_argument("--provider-name", metavar="NAME", help='gen_ai_provider_name label (default "openai")')
+    e.add_argument("--legacy-model-label", action="store_true", default=None,
+                   help="also emit the old `model` label beside gen_ai_request_model (deprecated; one release)")
+    e.add_argument("--log-format", choices=["text", "json"], help="lifecycle log lines as text (default) or JSON")
+    e.add_argument("--access-log", metavar="PATH|-",
+                   help="one JSON line per request (no content, keys or addresses); reopened on SIGHUP")
+    e.add_argument("--otel", action="store_true", default=None,
+                   help="export one span per request (and the metrics) over OTLP/HTTP; needs slogate[otel]; "
+                   "configure with OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, ...")
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -180,6 +195,13 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.trust_header_from:
         out["trust_header_from"] = [c for c in args.trust_header_from if c != "none"]
+    out |= {  # ---- ecosystem (issue 17)
+        "provider_name": args.provider_name,
+        "legacy_model_label": args.legacy_model_label,
+        "log_format": args.log_format,
+        "access_log": args.access_log,
+        "otel": args.otel,
+    }
     if args.slos:
         out["slos"] = dict(slo_flag(s) for s in args.slos)
     return out
@@ -201,7 +223,7 @@ def _main(argv: list[str]) -> int:
     from slogate.gateway.logs import setup_logging
     from slogate.gateway.server import serve
 
-    setup_logging(args.log_level)
+    setup_logging(args.log_level, fmt=cfg.log_format)
     try:
         _run(serve(cfg))
     except OSError as exc:

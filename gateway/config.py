@@ -81,6 +81,12 @@ class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
     trace: TraceConfig = msgspec.field(default_factory=TraceConfig)
     routing: RoutingConfig = msgspec.field(default_factory=RoutingConfig)
     tokens: TokensConfig = msgspec.field(default_factory=TokensConfig)
+    # ---- ecosystem: semconv labels, logs, OTLP (issue 17)
+    provider_name: str = "openai"  # gen_ai_provider_name label / gen_ai.provider.name attribute
+    legacy_model_label: bool = False  # also emit the pre-semconv `model` label (one release)
+    log_format: str = "text"  # "text" or "json" (one JSON line per lifecycle event)
+    access_log: str | None = None  # PATH or "-" (stdout): one JSON line per request
+    otel: bool = False  # export spans (and metrics) over OTLP; OTEL_* env vars configure the exporter
 
 
 # What a value must look like, per key (used in error messages).
@@ -120,6 +126,12 @@ _HINTS: dict[str, str] = {
     "routing.queue_timeout": "a positive number of seconds",
     "routing.scrape_interval": "a positive number of seconds",
     "routing.scrape_stale_after": "a positive number of seconds",
+    # ---- ecosystem (issue 17)
+    "provider_name": 'a provider name, e.g. "openai" or "vllm"',
+    "legacy_model_label": "true or false",
+    "log_format": '"text" or "json"',
+    "access_log": 'a file path or "-" for stdout',
+    "otel": "true or false",
 }
 _DURATION_KEYS = {k for k, v in _HINTS.items() if "seconds" in v}
 # The command-line flag for a key, so an error can name both.
@@ -154,6 +166,12 @@ FLAGS: dict[str, str] = {
     "routing.queue_timeout": "--queue-timeout",
     "tokens.tokenizer": "--tokenizer",
     "tokens.template": "--chat-template",
+    # ---- ecosystem (issue 17)
+    "provider_name": "--provider-name",
+    "legacy_model_label": "--legacy-model-label",
+    "log_format": "--log-format",
+    "access_log": "--access-log",
+    "otel": "--otel",
 }
 
 
@@ -293,6 +311,24 @@ def _check(cfg: GatewayConfig) -> None:
     if cfg.tokens.template not in TEMPLATES:
         raise _bad("tokens.template", cfg.tokens.template, ", ".join(TEMPLATES))
     check_routing(cfg.routing, upstream_specs(cfg))
+    _check_ecosystem(cfg)
+
+
+def _check_ecosystem(cfg: GatewayConfig) -> None:
+    if cfg.log_format not in ("text", "json"):
+        raise _bad("log_format", cfg.log_format)
+    if not cfg.provider_name or len(cfg.provider_name) > 64:
+        raise _bad("provider_name", cfg.provider_name)
+    if cfg.access_log is not None and not cfg.access_log:
+        raise _bad("access_log", cfg.access_log)
+
+
+def known_models(cfg: GatewayConfig) -> list[str] | None:
+    """The models the upstreams declare (`models=`), or None when any upstream serves any model."""
+    specs = upstream_specs(cfg)
+    if not specs or any(not s.models for s in specs):
+        return None
+    return sorted({m for s in specs for m in s.models})
 
 
 def upstream_specs(cfg: GatewayConfig) -> list[UpstreamSpec]:

@@ -2,8 +2,10 @@
 
 The relay never touches `prometheus_client` objects: `LiveMetrics.observe(record, …)` does a few
 dict/int operations at the end of a request and `MetricsCollector` turns them into Prometheus
-families only when `/metrics` is scraped. Labels stay low-cardinality (model, upstream, status
-class, finish reason, slo); never request ids, paths, client addresses or text.
+families only when `/metrics` is scraped. Labels follow the OTel GenAI semantic conventions
+(`gen_ai_operation_name`, `gen_ai_provider_name`, `gen_ai_request_model`, `gen_ai_response_model`,
+`error_type`) and stay low-cardinality (unknown models fold into "other"); never request ids, paths,
+client addresses or text.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from slogate import __version__
 from slogate.traces.histogram import HistogramFamily
 from slogate.traces.record import RequestRecord, error_class
 
@@ -33,15 +36,33 @@ OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "function_call", "content_filter", "error", "abort"})
 LABEL_OTHER = "other"
 LABEL_NONE = "none"
+# gen_ai.operation.name per OpenAI-compatible endpoint (semconv well-known values).
+OPERATIONS = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion", "/v1/embeddings": "embeddings"}
+GENAI_LABELS = ("gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_response_model")
+LEGACY_LABEL = "model"
 
 
 class LiveMetrics:
     """Every number `/metrics` shows, as plain Python values owned by the event loop."""
 
-    def __init__(self, slo_names: Iterable[str], *, max_models: int = 32) -> None:
+    def __init__(
+        self,
+        slo_names: Iterable[str],
+        *,
+        max_models: int = 32,
+        known_models: Iterable[str] | None = None,
+        provider: str = "openai",
+        legacy_model_label: bool = False,
+    ) -> None:
         self.max_models = max_models
+        # With a known model list, anything else folds into "other"; without one, the first
+        # `max_models` distinct names are kept. Either way the series count is bounded.
+        self.known_models: frozenset[str] | None = frozenset(known_models) if known_models else None
         self._models: set[str] = set()
-        m = ("model",)
+        self.provider = provider
+        self.legacy = legacy_model_label
+        m = GENAI_LABELS + ((LEGACY_LABEL,) if legacy_model_label else ())
+        self.label_names = m
         self.ttft = HistogramFamily("gen_ai_server_time_to_first_token_seconds",
                                     "Time to first output token of successful streamed responses.", m, TTFT_BUCKETS)
         self.tpot = HistogramFamily("gen_ai_server_time_per_output_token_seconds",
@@ -49,9 +70,9 @@ class LiveMetrics:
         self.duration = HistogramFamily("gen_ai_server_request_duration_seconds",
                                         "Request duration to the last byte (all measured requests; error_type is "
                                         "the failure class, empty for successful requests).",
-                                        ("model", "error_type"), DURATION_BUCKETS)
+                                        (*m, "error_type"), DURATION_BUCKETS)
         self.tokens = HistogramFamily("gen_ai_client_token_usage", "Input and output tokens per request.",
-                                      ("model", "gen_ai_token_type"), TOKEN_BUCKETS)
+                                      (*m, "gen_ai_token_type"), TOKEN_BUCKETS)
         self.itl = HistogramFamily("slogate_inter_token_latency_seconds",
                                    "Gaps between consecutive output-bearing chunks.", m, TPOT_BUCKETS)
         self.queue = HistogramFamily("slogate_queue_seconds",
@@ -59,12 +80,12 @@ class LiveMetrics:
         self.overhead = HistogramFamily("slogate_gateway_overhead_seconds",
                                         "Gateway time per request not spent waiting on the upstream or client.",
                                         ("upstream",), OVERHEAD_BUCKETS)
-        self.requests: dict[tuple[str, str, str, str], int] = {}
+        self.requests: dict[tuple[str, ...], int] = {}
         self.slo_names = list(slo_names)
         self.good_requests: dict[str, int] = dict.fromkeys(self.slo_names, 0)
         self.good_output_tokens: dict[str, int] = dict.fromkeys(self.slo_names, 0)
-        self.output_tokens: dict[str, int] = {}
-        self.input_tokens: dict[str, int] = {}
+        self.output_tokens: dict[tuple[str, ...], int] = {}
+        self.input_tokens: dict[tuple[str, ...], int] = {}
         self.loop_lag = 0.0
         self.histograms = (self.ttft, self.tpot, self.duration, self.tokens, self.itl, self.queue, self.overhead)
 
@@ -73,15 +94,29 @@ class LiveMetrics:
             return LABEL_NONE
         if model in self._models:
             return model
+        if self.known_models is not None:
+            if model in self.known_models:
+                self._models.add(model)
+                return model
+            return LABEL_OTHER
         if len(self._models) < self.max_models and len(model) <= 128:
             self._models.add(model)
             return model
         return LABEL_OTHER
 
+    def labels(self, record: RequestRecord) -> tuple[str, ...]:
+        """The semconv label values of one record (plus the legacy `model` when enabled).
+
+        gen_ai_response_model is the request model: the record keeps one model name (the request's)."""
+        model = self.model_label(record.model)
+        op = OPERATIONS.get(record.endpoint, LABEL_OTHER)
+        if self.legacy:
+            return (op, self.provider, model, model, model)
+        return (op, self.provider, model, model)
+
     def observe(self, record: RequestRecord, goods: Sequence[bool], gaps: Sequence[float] | None) -> None:
         """Account one finished measured request (called once, at its end)."""
-        model = self.model_label(record.model)
-        labels = (model,)
+        labels = self.labels(record)
         upstream = record.upstream or LABEL_NONE
         status_class = f"{record.status // 100}xx"
         reason = record.finish_reason
@@ -89,12 +124,12 @@ class LiveMetrics:
             reason = "error" if record.error is not None else LABEL_NONE
         elif reason not in FINISH_REASONS:
             reason = LABEL_OTHER
-        key = (model, upstream, status_class, reason)
+        key = (*labels, upstream, status_class, reason)
         self.requests[key] = self.requests.get(key, 0) + 1
         failed_as = error_class(record)  # the one success rule (traces.record.is_error)
         failed = failed_as is not None
         if record.e2e is not None:
-            self.duration.get((model, failed_as or "")).observe(record.e2e)
+            self.duration.get((*labels, failed_as or "")).observe(record.e2e)
         if not failed:
             if record.ttft is not None:
                 self.ttft.get(labels).observe(record.ttft)
@@ -113,11 +148,11 @@ class LiveMetrics:
             self.overhead.get((upstream,)).observe(record.overhead)
         out = record.output_tokens
         if record.input_tokens is not None:
-            self.tokens.get((model, "input")).observe(record.input_tokens)
-            self.input_tokens[model] = self.input_tokens.get(model, 0) + record.input_tokens
+            self.tokens.get((*labels, "input")).observe(record.input_tokens)
+            self.input_tokens[labels] = self.input_tokens.get(labels, 0) + record.input_tokens
         if out is not None:
-            self.tokens.get((model, "output")).observe(out)
-            self.output_tokens[model] = self.output_tokens.get(model, 0) + out
+            self.tokens.get((*labels, "output")).observe(out)
+            self.output_tokens[labels] = self.output_tokens.get(labels, 0) + out
         for name, good in zip(self.slo_names, goods, strict=True):
             if good:
                 self.good_requests[name] += 1
@@ -142,19 +177,25 @@ class MetricsCollector(Collector):
         for h in m.histograms:
             yield h.family()
         fam = CounterMetricFamily("slogate_requests", "Measured requests by outcome.",
-                                  labels=["model", "upstream", "status_class", "finish_reason"])
+                                  labels=[*m.label_names, "upstream", "status_class", "finish_reason"])
         for key, n in m.requests.items():
             fam.add_metric(list(key), n)
         yield fam
-        for name, doc, label, values in (  # counters with one label: its value -> count
-            ("slogate_good_requests", "Requests that met the SLO (goodput numerator).", "slo", m.good_requests),
-            ("slogate_good_output_tokens", "Output tokens of requests that met the SLO.", "slo", m.good_output_tokens),
-            ("slogate_output_tokens", "Output tokens of measured requests.", "model", m.output_tokens),
-            ("slogate_input_tokens", "Input (prompt) tokens of measured requests.", "model", m.input_tokens),
+        for name, doc, values in (
+            ("slogate_good_requests", "Requests that met the SLO (goodput numerator).", m.good_requests),
+            ("slogate_good_output_tokens", "Output tokens of requests that met the SLO.", m.good_output_tokens),
         ):
-            fam = CounterMetricFamily(name, doc, labels=[label])
-            for label_value, n in values.items():
-                fam.add_metric([label_value], n)
+            fam = CounterMetricFamily(name, doc, labels=["slo"])
+            for slo, n in values.items():
+                fam.add_metric([slo], n)
+            yield fam
+        for name, doc, by_labels in (
+            ("slogate_output_tokens", "Output tokens of measured requests.", m.output_tokens),
+            ("slogate_input_tokens", "Input (prompt) tokens of measured requests.", m.input_tokens),
+        ):
+            fam = CounterMetricFamily(name, doc, labels=list(m.label_names))
+            for key, n in by_labels.items():
+                fam.add_metric(list(key), n)
             yield fam
         reqs = GaugeMetricFamily("slogate_inflight_requests", "Requests in flight per upstream.", labels=["upstream"])
         toks = GaugeMetricFamily("slogate_inflight_tokens",
@@ -176,9 +217,19 @@ class MetricsCollector(Collector):
 
 
 def make_registry(collector: MetricsCollector) -> CollectorRegistry:
+    """The gateway's registry: its own families, `process_*` (CPU, memory, fds) and build info."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    ProcessCollector(registry=registry)
+    registry.register(_BuildInfo())
     return registry
+
+
+class _BuildInfo(Collector):
+    def collect(self) -> Iterable:
+        fam = GaugeMetricFamily("slogate_build_info", "slogate version of this process (value 1).", labels=["version"])
+        fam.add_metric([__version__], 1)
+        yield fam
 
 
 def render(registry: CollectorRegistry) -> bytes:

@@ -1,4 +1,4 @@
-"""Gateway logging: one stderr line per lifecycle event, never per request or per chunk.
+"""Gateway logging: one stderr line per lifecycle event (text or JSON), never per request or per chunk.
 
 aiohttp's own log lines can carry client addresses ("Error handling request from %s") and
 exception texts; `RedactFilter` strips their arguments and exception messages so no address,
@@ -12,6 +12,7 @@ import sys
 import time
 import traceback
 
+import orjson
 from aiohttp.http_exceptions import HttpProcessingError
 
 
@@ -57,9 +58,18 @@ class MalformedRequestFilter(logging.Filter):
         return True
 
 
-def setup_logging(level: str = "info") -> None:
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts (unix seconds), level, logger, msg (already redacted)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return orjson.dumps({"ts": round(record.created, 6), "level": record.levelname.lower(),
+                             "logger": record.name, "msg": record.getMessage()}).decode()
+
+
+def setup_logging(level: str = "info", fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s slogate-gateway %(levelname)s %(message)s"))
+    handler.setFormatter(JsonFormatter() if fmt == "json"
+                         else logging.Formatter("%(asctime)s slogate-gateway %(levelname)s %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -1,14 +1,16 @@
-"""Record: where one finished request goes — live metrics, the status window and the trace capture.
+"""Record: where one finished request goes — live metrics, the status window, the trace capture and
+the optional sinks (access log, OpenTelemetry spans).
 
 Called once per measured request, at its end, from the event loop: computes SLO goodness once,
-then does plain increments and a non-blocking queue put. Never does I/O or hashing itself.
+then does plain increments, a non-blocking queue put and the sinks' buffer appends. Never does I/O
+or hashing itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import pairwise
-from typing import Any
+from typing import Any, Protocol
 
 from slogate.gateway.capture import Capture
 from slogate.gateway.live_metrics import LiveMetrics
@@ -17,8 +19,17 @@ from slogate.traces.record import RequestRecord
 from slogate.traces.slo import Slo, is_good
 
 
+class Sink(Protocol):
+    """Gets every finished record (and the request's incoming `traceparent`); buffers, never blocks."""
+
+    def submit(self, record: RequestRecord, traceparent: str | None = None) -> None: ...
+    def start(self) -> None: ...
+    async def close(self) -> None: ...
+    def reopen(self) -> None: ...
+
+
 class Recorder:
-    __slots__ = ("capture", "metrics", "slos", "start_ns", "status", "tokens")
+    __slots__ = ("capture", "metrics", "sinks", "slos", "start_ns", "status", "tokens")
 
     def __init__(
         self,
@@ -27,7 +38,9 @@ class Recorder:
         status: StatusWindow,
         capture: Capture | None,
         start_ns: int,
+        sinks: Sequence[Sink] = (),
     ) -> None:
+        self.sinks = tuple(sinks)
         self.slos = tuple(slos)
         self.metrics = metrics
         self.status = status
@@ -35,7 +48,7 @@ class Recorder:
         self.start_ns = start_ns
         self.tokens: Any = None  # gateway.tokens.GatewayTokens when a tokenizer is configured
 
-    def finish(self, record: RequestRecord, body: Any) -> None:
+    def finish(self, record: RequestRecord, body: Any, traceparent: str | None = None) -> None:
         goods = tuple(is_good(record, slo) for slo in self.slos)
         chunk_times = record.chunk_times
         gaps = None
@@ -43,6 +56,8 @@ class Recorder:
             gaps = [b - a for a, b in pairwise(chunk_times)]
         self.metrics.observe(record, goods, gaps)
         self.status.add(record)
+        for sink in self.sinks:
+            sink.submit(record, traceparent)
         if self.capture is not None:
             self.capture.submit(record, body)
         else:

@@ -24,10 +24,17 @@ from aiohttp.web_request import BaseRequest
 
 from slogate.gateway.capture import Capture, perf_epoch
 from slogate.gateway.client_limits import ClientLimits, LimitedServer, connection_cap
-from slogate.gateway.config import GatewayConfig, parse_hostport, parse_slos, trusted_networks, upstream_specs
+from slogate.gateway.config import (
+    GatewayConfig,
+    known_models,
+    parse_hostport,
+    parse_slos,
+    trusted_networks,
+    upstream_specs,
+)
 from slogate.gateway.headers import has_control_headers, without_control_headers
 from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render, watch_loop_lag
-from slogate.gateway.recorder import Recorder
+from slogate.gateway.recorder import Recorder, Sink
 from slogate.gateway.relay import Relay
 from slogate.gateway.routing.router import Router
 from slogate.gateway.status import StatusWindow, health_response
@@ -58,13 +65,16 @@ class Gateway:
         for state in self.router.states:  # the router keeps the load; the Upstream owns the connections
             state.target = Upstream(state.spec.url, state.name)
             self.upstreams.append(state.target)
-        self.metrics = LiveMetrics([s.name for s in slos], max_models=cfg.max_model_labels)
+        self.metrics = LiveMetrics([s.name for s in slos], max_models=cfg.max_model_labels,
+                                   known_models=known_models(cfg), provider=cfg.provider_name,
+                                   legacy_model_label=cfg.legacy_model_label)
         self.status = StatusWindow(slos, self.start_ns)
         self.capture = (
             Capture(cfg, start_ns=self.start_ns, start_unix=self.start_unix, config_digest=config_digest(cfg))
             if cfg.trace.dir else None
         )
-        self.recorder = Recorder(slos, self.metrics, self.status, self.capture, self.start_ns)
+        self.sinks = _sinks(cfg, self.start_unix)
+        self.recorder = Recorder(slos, self.metrics, self.status, self.capture, self.start_ns, self.sinks)
         if cfg.tokens.tokenizer:  # exact input tokens when upstreams send no usage (gateway/tokens.py)
             self.recorder.tokens = GatewayTokens(cfg.tokens.tokenizer, cfg.tokens.template)
         self.deadlines = Deadlines()
@@ -143,6 +153,8 @@ class Gateway:
         self.deadlines.start()
         if self.recorder.tokens is not None:
             self.recorder.tokens.start()
+        for sink in self.sinks:
+            sink.start()
         await self.router.start()
         self._tasks.append(asyncio.create_task(watch_loop_lag(self.metrics, self.cfg.loop_lag_interval)))
 
@@ -161,6 +173,22 @@ class Gateway:
         if self.capture is not None:
             self.capture.stop_batching()
             await asyncio.to_thread(self.capture.close)
+        for sink in self.sinks:
+            await sink.close()
+
+
+def _sinks(cfg: GatewayConfig, start_unix: float) -> list[Sink]:
+    """The optional per-request sinks: access log and OpenTelemetry spans."""
+    sinks: list[Sink] = []
+    if cfg.access_log is not None:
+        from slogate.gateway.access_log import AccessLog
+
+        sinks.append(AccessLog(cfg.access_log, start_unix))
+    if cfg.otel:
+        from slogate.gateway.otel import OtelSpans
+
+        sinks.append(OtelSpans(start_unix, cfg.provider_name))
+    return sinks
 
 
 def _server(handler: Handler, cfg: GatewayConfig, limits: ClientLimits | None = None) -> web.Server:
@@ -219,6 +247,8 @@ async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None) -> Non
     limits = client_limits(cfg)  # after _tune_runtime: the cap follows the raised open-files limit
     gateway.registry.register(limits.collector())
     limits.start()
+    with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):  # log rotation
+        loop.add_signal_handler(signal.SIGHUP, lambda: [sink.reopen() for sink in gateway.sinks])
     runners: list[web.BaseRunner] = []
     grace: asyncio.TimerHandle | None = None
     try:

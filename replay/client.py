@@ -8,6 +8,8 @@ record says what went wrong) and never writes API keys or headers anywhere.
 from __future__ import annotations
 
 import asyncio
+import email.utils
+import random
 import time
 from typing import cast
 
@@ -43,8 +45,33 @@ class ClientConfig(msgspec.Struct, frozen=True):
     headers: dict[str, str] = {}  # may hold the API key: kept in memory only
     timeout_s: float = 600.0
     retries: int = 0  # retries before any response byte (connect error, 429/502/503)
-    retry_backoff_s: float = 0.5
+    retry_backoff_s: float = 0.5  # first delay, doubled per retry, jittered ×[0.5, 1.5); Retry-After wins when longer
     keep_chunk_times: bool = True
+
+
+def retry_delay(cfg: ClientConfig, attempt: int, retry_after: str | None, rng: random.Random | None = None) -> float:
+    """Seconds before retry number `attempt` (1-based): jittered exponential back-off, but never less than
+    the server's `Retry-After` (seconds or an HTTP date; spread ×[1, 1.1) so clients do not return in step),
+    capped at the request timeout."""
+    uniform = (rng or random).uniform
+    delay = cfg.retry_backoff_s * (2 ** (attempt - 1)) * uniform(0.5, 1.5)
+    wait = parse_retry_after(retry_after)
+    if wait is not None:
+        delay = max(delay, wait * uniform(1.0, 1.1))
+    return min(delay, cfg.timeout_s)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def new_pool(cfg: ClientConfig) -> Pool:
@@ -79,7 +106,7 @@ async def complete(pool: Pool, cfg: ClientConfig, f: InFlight) -> RequestRecord:
             error = error_class(exc, f.obs)
         if f.attempt < cfg.retries and (error == "connect" or status in RETRY_STATUSES):
             f.attempt += 1
-            await asyncio.sleep(cfg.retry_backoff_s * (2 ** (f.attempt - 1)))
+            await asyncio.sleep(retry_delay(cfg, f.attempt, f.pending.retry_after))
             f.obs = StreamObserver(f.t_send, stream=f.obs.stream, endpoint=f.endpoint,
                                    keep_chunk_times=cfg.keep_chunk_times)
             f.pending = pool.begin(f.endpoint, f.body, f.obs.feed)

@@ -89,10 +89,11 @@ class _Conn(asyncio.Protocol):
 class Pending:
     """A request written (or to be written) on a connection, awaiting its response."""
 
-    __slots__ = ("conn", "data", "feed", "fut")
+    __slots__ = ("conn", "data", "feed", "fut", "retry_after")
 
     def __init__(self, data: bytes, feed: Feed, conn: _Conn | None, fut: asyncio.Future[int] | None):
         self.data, self.feed, self.conn, self.fut = data, feed, conn, fut
+        self.retry_after: str | None = None  # the response's Retry-After header (429/503), if any
 
 
 class Pool:
@@ -157,6 +158,8 @@ class Pool:
                     p.conn = p.fut = None  # a stale keep-alive connection: once more on a fresh one
                     continue
                 raise
+            if status in (429, 503) and conn._parser is not None and conn._parser.head is not None:
+                p.retry_after = conn._parser.head.headers.get("Retry-After")
             if not conn.closed:
                 self._idle.append(conn)
             return status

@@ -63,6 +63,7 @@ class ReplayOptions(msgspec.Struct, kw_only=True):
     start_at: float | None = None  # shared wall-clock start (distributed replay)
     shard: str | None = None
     progress: bool = False
+    progress_interval_s: float | None = None  # plain stderr lines this often instead of rich (not a TTY)
     command: list[str] = []
     trace: str | None = None
     trace_digest: str | None = None
@@ -219,14 +220,16 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
             side.append(asyncio.create_task(scrape(side_session, url, headers, interval_s=options.scrape_interval_s,
                                                    start=start, path=Path(options.out_dir) / "metrics.jsonl")))
         if progress is not None:
-            side.append(asyncio.create_task(progress.run(start)))
+            side.append(asyncio.create_task(progress.run(start, options.progress_interval_s)))
 
     from slogate.replay.scrape import fetch
 
     counters_before = await fetch(side_session, url, headers)  # prefix-cache counters, when exported
     interrupt.sending_began = True
     try:
-        if workers == 1 and progress is None and not (replicas and len(replicas) > 1):
+        # Rich redraws stay off the sender's loop (pool path); a plain line every N s is cheap enough to share it.
+        inline_ok = progress is None or options.progress_interval_s is not None
+        if workers == 1 and inline_ok and not (replicas and len(replicas) > 1):
             start = start_at()
             start_side(start)
             wspec.concurrency = workload.concurrency

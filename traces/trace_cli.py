@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    fmt_help = f"input format ({', '.join(formats.FORMATS)}); guessed when omitted"
+    fmt_help = f"input format ({', '.join(formats.INPUT_FORMATS)}); guessed when omitted"
 
     p = sub.add_parser("stats", help="requests, span, rate, burstiness, token lengths, prefix reuse",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("input", metavar="IN")
     p.add_argument("output", metavar="OUT")
     p.add_argument("--from", dest="fmt", metavar="FMT", help=fmt_help)
-    p.add_argument("--to", dest="to", metavar="FMT", help="output format (slogate, mooncake, azure); guessed from OUT's name")
+    p.add_argument("--to", dest="to", metavar="FMT", help="output format (slogate, mooncake, azure, csv, parquet); guessed from OUT's name (.csv means azure)")
     p.add_argument("--azure-layout", choices=("2023", "2024"), help="Azure CSV timestamp layout (default: as imported, else 2024)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
 
@@ -209,6 +209,10 @@ def _convert(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
     print(f"wrote {n:,} records to {args.output} ({to})")
+    if to == "mooncake":
+        from slogate.traces.formats.peers import mooncake_commands
+
+        print(mooncake_commands(args.output, records))
     return 0
 
 

@@ -61,7 +61,9 @@ def parser() -> argparse.ArgumentParser:
       ".csv; or agentic session files (.json, several or a directory: concurrent sessions)")
     a("--format", dest="fmt", help="trace format when it cannot be guessed: slogate, mooncake, azure, burstgpt, agentic")
     a("--block-size", type=int, help="tokens per hash id of the trace (Mooncake files cut in 16/64-token blocks; default 512)")
-    a("--target", required=True, help="http://HOST:PORT, or sim:GPU/MODEL[?tp=4&dtype=fp8&timing=constant&…]")
+    a("--config", metavar="run.toml", help="TOML file with a [replay] table of these options (flags override it)")
+    a("--target", help="http://HOST:PORT, or sim:GPU/MODEL[?tp=4&dtype=fp8&timing=constant&…] "
+      "(default $OPENAI_BASE_URL without its /v1)")
     a("--model", help="model name to send (default: the first of the target's /v1/models)")
     a("--out", help="output directory (default ./slogate-replay-YYYYmmdd-HHMMSS)")
     g = p.add_argument_group("workload")
@@ -92,10 +94,12 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--endpoint", default="chat", choices=["chat", "completions"], help="API endpoint (default chat)")
     r.add_argument("--no-stream", action="store_true", help="non-streaming requests (TTFT undefined)")
     r.add_argument("--header", action="append", default=[], help="extra header K:V (repeatable)")
-    r.add_argument("--api-key", default=os.environ.get("SLOGATE_API_KEY"), help="bearer token (or $SLOGATE_API_KEY); never written")
+    r.add_argument("--api-key", default=os.environ.get("SLOGATE_API_KEY") or os.environ.get("OPENAI_API_KEY"),
+                   help="bearer token (or $SLOGATE_API_KEY, then $OPENAI_API_KEY); never written")
     r.add_argument("--timeout", default="600", help="per-request timeout (default 600s)")
     r.add_argument("--retries", type=int, default=0, help="retries before any response byte (connect error, 429/502/503)")
-    r.add_argument("--retry-backoff", default="0.5", help="first retry delay, doubled each retry")
+    r.add_argument("--retry-backoff", default="0.5", help="first retry delay, doubled each retry, jittered; "
+                   "a longer Retry-After from the server wins")
     r.add_argument("--force-output", default="auto", help="auto | ignore_eos | min_tokens | logit-bias:JSON | none")
     r.add_argument("--tokenizer", help="auto (default: server /tokenize, else calibrate) | server | calibrate | none | FILE (tokenizer.json)")
     t = p.add_argument_group("prompt lengths (issue 20)")
@@ -121,7 +125,61 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--drain-timeout", default="5s", help="on Ctrl-C/SIGTERM: how long requests in flight may finish "
                    "before they are cancelled (default 5s; a second Ctrl-C cancels at once)")
     s.add_argument("--quiet", action="store_true", help="no progress display and no console table")
+    s.add_argument("--progress-interval", default="30s", help="when stdout is not a TTY: a plain progress line on "
+                   "stderr this often (default 30s)")
     return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Flags over the `--config run.toml` [replay] table over the defaults; env fallbacks for the target."""
+    p = parser()
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    if known.config:
+        p.set_defaults(**read_config(known.config, p))
+    ns = p.parse_args(argv)
+    if isinstance(ns.trace, str):  # `trace = "x.csv"` in the config file: one file
+        ns.trace = [ns.trace]
+    if ns.target is None:
+        base = os.environ.get("OPENAI_BASE_URL")
+        if not base:
+            raise UsageError("the following arguments are required: --target (or set OPENAI_BASE_URL, "
+                             "or target = \"...\" in --config)")
+        ns.target = base.rstrip("/").removesuffix("/v1")
+    return ns
+
+
+def read_config(path: str, p: argparse.ArgumentParser) -> dict:
+    """The [replay] table of a TOML file as parser defaults; keys are option names (`max-requests` or
+    `max_requests`); list options (`slo`, `label`, `header`) take arrays."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise UsageError(f"--config {path}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"--config {path}: not valid TOML ({exc})") from None
+    table = data.get("replay", data)
+    if not isinstance(table, dict):
+        raise UsageError(f"--config {path}: [replay] must be a table")
+    dests = {a.dest: a for a in p._actions if a.dest not in ("help", "config")}
+    by_flag = {s.lstrip("-").replace("-", "_"): a.dest for a in p._actions for s in a.option_strings}
+    out = {}
+    for key, value in table.items():
+        name = key.replace("-", "_")
+        dest = name if name in dests else by_flag.get(name)
+        if dest is None or dest not in dests:
+            raise UsageError(f"--config {path}: unknown key {key!r} in [replay]; use the option names of "
+                             "slogate replay --help, e.g. target, model, synthetic, rate, max-requests, slo")
+        action = dests[dest]
+        if isinstance(action, argparse._AppendAction) and not isinstance(value, list):
+            value = [value]
+        if isinstance(value, int | float) and not isinstance(value, bool) and action.type is None:
+            value = str(value) if isinstance(action.default, str) else value
+        out[dest] = value
+    return out
 
 
 def build_workload(ns: argparse.Namespace) -> tuple[wl.Workload, str | None, str | None]:
@@ -219,7 +277,7 @@ def session_timing(ns: argparse.Namespace, reqs: list[wl.PlannedRequest]) -> boo
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ns = parser().parse_args(argv)
+    ns = parse_args(argv)
     workload, options = plan(ns, command=["slogate", "replay", *argv])
     window = _stability_window(ns)
     result = run_and_write(workload, options, console=not ns.quiet)
@@ -271,7 +329,8 @@ def plan(ns: argparse.Namespace, *, command: list[str]) -> tuple[wl.Workload, Re
         lag_bound_s=seconds(ns.lag_bound, "--lag-bound"), seed=ns.seed, labels=pairs(ns.label, "=", "--label"),
         scrape_interval_s=seconds(ns.scrape_metrics, "--scrape-metrics") if ns.scrape_metrics else None,
         out_dir=str(out), start_at=ns.start_at, shard=ns.shard,
-        progress=not ns.quiet and sys.stdout.isatty() and not ns.virtual,
+        progress=not ns.quiet and not ns.virtual,
+        progress_interval_s=None if sys.stdout.isatty() else seconds(ns.progress_interval, "--progress-interval"),
         command=command, trace=trace_path, trace_digest=digest,
         keep_chunk_times=not ns.no_chunk_times, stop_on_error=getattr(ns, "on_turn_error", "continue") == "stop",
         prompt_tokens=ns.prompt_tokens, calibrate=not ns.no_calibrate,

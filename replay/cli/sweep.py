@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_grid(args, replay_args, mode=mode, flag=flag, xs=xs, argv=list(argv if argv is not None else sys.argv[1:]))
     if args.grid or args.resume:
         raise UsageError("--grid and --resume go with --serve-cmd 'CMD … {port} …'")
-    replay_ns = replay_cli.parser().parse_args(replay_args)  # a mistake stops the sweep before its first point
+    replay_ns = replay_cli.parse_args(replay_args)  # a mistake stops the sweep before its first point
     sweep = run_sweep(replay_args, replay_ns, mode=mode, flag=flag, xs=xs, out=Path(args.out),
                       attainment=args.attainment, refine=args.refine, verbose=args.replay_output,
                       command=["slogate", "sweep", *(argv if argv is not None else sys.argv[1:])])

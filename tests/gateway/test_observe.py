@@ -76,8 +76,8 @@ def test_metrics_status_trace_and_privacy(tmp_path):
         assert metric_sum(samples, "slogate_good_requests_total", slo="loose") == n - 1
         assert metric_sum(samples, "slogate_good_requests_total", slo="impossible") == 0
         assert metric_sum(samples, "slogate_good_output_tokens_total", slo="loose") == out_tokens
-        assert metric_sum(samples, "slogate_output_tokens_total", model=SIM_MODEL) == out_tokens
-        assert metric_sum(samples, "slogate_input_tokens_total", model=SIM_MODEL) > 0
+        assert metric_sum(samples, "slogate_output_tokens_total", gen_ai_request_model=SIM_MODEL) == out_tokens
+        assert metric_sum(samples, "slogate_input_tokens_total", gen_ai_request_model=SIM_MODEL) > 0
         assert metric_sum(samples, "gen_ai_server_time_to_first_token_seconds_count") == 6
         assert metric_sum(samples, "gen_ai_server_request_duration_seconds_count") == n
         ttft_sum = metric_sum(samples, "gen_ai_server_time_to_first_token_seconds_sum")

@@ -49,17 +49,18 @@ def test_metrics_render_and_parse():
     registry = make_registry(MetricsCollector(m, lambda: [("127.0.0.1:1", 3, 99)], lambda: (7, 1)))
     text = render(registry).decode()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
-    reqs = {tuple(sorted(s.labels.items())): s.value for s in fams["slogate_requests"].samples}
-    assert reqs[(("finish_reason", "stop"), ("model", "m"), ("status_class", "2xx"), ("upstream", "127.0.0.1:1"))] == 1
-    assert reqs[(("finish_reason", "error"), ("model", "b"), ("status_class", "5xx"), ("upstream", "127.0.0.1:1"))] == 1
-    assert reqs[(("finish_reason", "other"), ("model", "other"), ("status_class", "2xx"), ("upstream", "127.0.0.1:1"))] == 1
+    reqs = {(s.labels["finish_reason"], s.labels["gen_ai_request_model"], s.labels["status_class"],
+             s.labels["upstream"]): s.value for s in fams["slogate_requests"].samples}
+    assert reqs[("stop", "m", "2xx", "127.0.0.1:1")] == 1
+    assert reqs[("error", "b", "5xx", "127.0.0.1:1")] == 1
+    assert reqs[("other", "other", "2xx", "127.0.0.1:1")] == 1
     good = {s.labels["slo"]: s.value for s in fams["slogate_good_requests"].samples}
     assert good == {"fast": 2, "slow": 1}
     ttft_count = [s for s in fams["gen_ai_server_time_to_first_token_seconds"].samples if s.name.endswith("_count")]
     assert sum(s.value for s in ttft_count) == 2  # the failed request is not a TTFT sample
     itl = [s for s in fams["slogate_inter_token_latency_seconds"].samples if s.name.endswith("_count")]
     assert itl[0].value == 2
-    tok = {(s.labels["gen_ai_token_type"], s.labels["model"]): s.value
+    tok = {(s.labels["gen_ai_token_type"], s.labels["gen_ai_request_model"]): s.value
            for s in fams["gen_ai_client_token_usage"].samples if s.name.endswith("_sum")}
     assert tok[("output", "m")] == 5 and tok[("input", "m")] == 10
     inflight = {s.labels["upstream"]: s.value for s in fams["slogate_inflight_tokens"].samples}

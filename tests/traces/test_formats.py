@@ -111,5 +111,5 @@ def test_guess_format(tmp_path) -> None:
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(formats.FormatError, match="--from"):
         formats.guess_format(tmp_path / "notes.txt")
-    with pytest.raises(formats.FormatError, match="unknown trace format 'parquet'"):
-        formats.load(seg, "parquet")
+    with pytest.raises(formats.FormatError, match="unknown trace format 'xlsx'"):
+        formats.load(seg, "xlsx")

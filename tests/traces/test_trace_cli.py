@@ -59,7 +59,7 @@ def test_convert_validate_head(tmp_path) -> None:
 
 def test_user_errors_are_one_line() -> None:
     _one_line_error(slogate("stats", "/no/such/trace.csv"), "no such trace file: /no/such/trace.csv")
-    _one_line_error(slogate("stats", samples.path(samples.AZURE_CONV), "--from", "parquet"), "'parquet'", "azure")
+    _one_line_error(slogate("stats", samples.path(samples.AZURE_CONV), "--from", "xlsx"), "'xlsx'", "azure")
     _one_line_error(slogate("stats", samples.path(samples.BURSTGPT).with_name("README.md")), "--from")
 
 

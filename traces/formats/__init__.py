@@ -1,7 +1,8 @@
 """Public trace formats: guess a file's format, load it as slogate records, save records in a format.
 
-One module per format (`slogate`, `mooncake`, `azure`, `burstgpt`, `agentic`), each with `sniff`, `load` and
-(when exportable) `save`. Pure file conversion: never touches the network, never sees prompt text.
+One module per format (`slogate`, `mooncake`, `azure`, `burstgpt`, `agentic`; export-only tables `csv`
+and `parquet`, in `table_csv` / `table_parquet`), each with `sniff`, `load` and (when exportable) `save`.
+Pure file conversion: never touches the network, never sees prompt text.
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ from types import ModuleType
 from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.segments import TraceError
 
-FORMATS: tuple[str, ...] = ("slogate", "mooncake", "azure", "burstgpt", "agentic")
+FORMATS: tuple[str, ...] = ("slogate", "mooncake", "azure", "burstgpt", "agentic", "csv", "parquet")  # last two: export only
 MULTI_FILE: frozenset[str] = frozenset({"slogate", "agentic"})  # formats read from several files at once
 Loaded = tuple[TraceHeader, list[RequestRecord]]
 PathLike = str | os.PathLike[str]
 _SNIFF_BYTES = 4096
+INPUT_FORMATS = tuple(f for f in FORMATS if f not in ("csv", "parquet"))
+_MODULES = {"csv": "table_csv", "parquet": "table_parquet"}  # not `csv`: that would shadow the stdlib here
 
 
-__all__ = ["FORMATS", "FormatError", "TraceError", "guess_format", "load", "module", "save"]
+__all__ = ["FORMATS", "INPUT_FORMATS", "FormatError", "TraceError", "guess_format", "load", "module", "save"]
 
 
 class FormatError(ValueError):
@@ -35,7 +38,7 @@ def module(fmt: str) -> ModuleType:
     """The module implementing format `fmt`."""
     if fmt not in FORMATS:
         raise FormatError(f"unknown trace format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    return importlib.import_module(f"slogate.traces.formats.{fmt}")
+    return importlib.import_module(f"slogate.traces.formats.{_MODULES.get(fmt, fmt)}")
 
 
 def guess_format(path: PathLike, *, for_output: bool = False) -> str:
@@ -108,5 +111,5 @@ def save(
     fmt = fmt or guess_format(path, for_output=True)
     mod = module(fmt)
     if not hasattr(mod, "save"):
-        raise FormatError(f"export to {fmt} is not supported: choose slogate, mooncake or azure")
+        raise FormatError(f"export to {fmt} is not supported: choose slogate, mooncake, azure, csv or parquet")
     return int(mod.save(path, header or TraceHeader(), records, **options))

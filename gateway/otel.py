@@ -1,0 +1,99 @@
+"""OpenTelemetry export (`--otel`, extra `slogate[otel]`): one content-free span per measured request.
+
+The span continues the request's incoming `traceparent` and carries the GenAI semconv attributes,
+upstream, pool and outcome, with TTFT as an event; the SDK's BatchSpanProcessor exports it off the
+event loop over OTLP/HTTP, configured by the standard `OTEL_*` variables. Never attaches prompt or
+completion text, headers, keys or client addresses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slogate.gateway.live_metrics import OPERATIONS
+from slogate.traces.record import RequestRecord, error_class
+from slogate.traces.usage import UsageError
+
+TTFT_EVENT = "gen_ai.server.first_token"
+
+
+class OtelSpans:
+    """Turns finished RequestRecords into spans on a TracerProvider (OTLP/HTTP unless one is given)."""
+
+    def __init__(self, start_unix: float, provider_name: str, tracer_provider: Any = None) -> None:
+        try:
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+            from opentelemetry.trace import SpanKind, Status, StatusCode
+            from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+        except ImportError:
+            raise UsageError("--otel needs the OpenTelemetry SDK: pip install 'slogate[otel]'") from None
+        if tracer_provider is None:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            # Resource.create reads OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES; the exporter reads
+            # OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, _HEADERS, _TIMEOUT; the processor OTEL_BSP_*.
+            resource = Resource.create()
+            if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+                resource = resource.merge(Resource({"service.name": "slogate-gateway"}))
+            tracer_provider = TracerProvider(resource=resource)
+            tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self.provider = tracer_provider
+        self.tracer = tracer_provider.get_tracer("slogate.gateway")
+        self.propagator = TraceContextTextMapPropagator()
+        self.kind = SpanKind.SERVER
+        self.status_error = Status(StatusCode.ERROR)
+        self.start_unix = start_unix
+        self.provider_name = provider_name
+
+    def submit(self, record: RequestRecord, traceparent: str | None = None) -> None:
+        start_ns = int((self.start_unix + record.t) * 1e9)
+        op = OPERATIONS.get(record.endpoint, "other")
+        model = record.model or "none"
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": op,
+            "gen_ai.provider.name": self.provider_name,
+            "gen_ai.request.model": model,
+            "gen_ai.response.model": model,
+            "http.response.status_code": record.status,
+            "slogate.stream": record.stream,
+        }
+        for key, value in (
+            ("gen_ai.usage.input_tokens", record.input_tokens),
+            ("gen_ai.usage.output_tokens", record.output_tokens),
+            ("gen_ai.request.max_tokens", record.max_tokens),
+            ("gen_ai.response.finish_reasons", [record.finish_reason] if record.finish_reason else None),
+            ("gen_ai.server.time_to_first_token", record.ttft),
+            ("gen_ai.server.time_per_output_token", record.tpot),
+            ("slogate.upstream", record.upstream),
+            ("slogate.pool", record.pool),
+            ("slogate.queue_seconds", record.queue),
+        ):
+            if value is not None:
+                attrs[key] = value
+        failed = error_class(record)
+        attrs["slogate.outcome"] = failed or "ok"
+        if failed is not None:
+            attrs["error.type"] = failed
+        ctx = self.propagator.extract({"traceparent": traceparent}) if traceparent else None
+        span = self.tracer.start_span(f"{op} {model}", context=ctx, kind=self.kind, attributes=attrs,
+                                      start_time=start_ns)
+        if record.ttft is not None:
+            span.add_event(TTFT_EVENT, {"gen_ai.server.time_to_first_token": record.ttft},
+                           timestamp=start_ns + int(record.ttft * 1e9))
+        if failed is not None:
+            span.set_status(self.status_error)
+        e2e = record.e2e if record.e2e is not None else 0.0
+        span.end(end_time=start_ns + int(e2e * 1e9))
+
+    def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        import asyncio
+
+        await asyncio.to_thread(self.provider.shutdown)  # flushes the batch processor
+
+    def reopen(self) -> None:
+        pass
