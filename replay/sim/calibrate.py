@@ -15,9 +15,11 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import msgspec
 
 from slogate.replay.client import ClientConfig, complete, new_pool, start
+from slogate.replay.forcing import Forcing, choose
 from slogate.replay.sim.steptime import LinearCoefficients, solve
 from slogate.traces.record import RequestRecord
 from slogate.traces.usage import UsageError
@@ -48,18 +50,29 @@ def prompt(i: int, words: int) -> str:
     return " ".join([f"q{i}x"] + [fill[k % len(fill)] for k in range(words - 1)])
 
 
+async def server_forcing(url: str, spec: str = "auto") -> Forcing:
+    """How to force exact output lengths on `url`: the replay's own choice by probed server kind
+    (llama.cpp ignores ignore_eos, so its end tokens are banned by logit_bias; DESIGN §7)."""
+    from slogate.replay.target import probe
+
+    async with aiohttp.ClientSession() as session:
+        info = await probe(session, url.rstrip("/"), {}, wait_s=5.0)
+    return choose(spec, info.kind)
+
+
 class Prober:
-    def __init__(self, url: str, model: str | None, timeout_s: float) -> None:
+    def __init__(self, url: str, model: str | None, timeout_s: float, forcing: Forcing | None = None) -> None:
         self.cfg = ClientConfig(base_url=url.rstrip("/"), model=model, endpoint="/v1/completions",
                                 timeout_s=timeout_s)
         self.pool = new_pool(self.cfg)
+        self.forcing = forcing or Forcing("ignore_eos")
         self.n = 0
 
     async def one(self, words: int, max_tokens: int) -> RequestRecord:
         self.n += 1
-        body: dict[str, object] = {"prompt": prompt(self.n, words), "max_tokens": max_tokens, "stream": True,
-                                   "ignore_eos": True, "temperature": 0.0,
+        body: dict[str, object] = {"prompt": prompt(self.n, words), "stream": True, "temperature": 0.0,
                                    "stream_options": {"include_usage": True}}
+        body.update(self.forcing.fields(max_tokens))
         if self.cfg.model:
             body["model"] = self.cfg.model
         rec = await complete(self.pool, self.cfg, start(self.pool, self.cfg, msgspec.json.encode(body),
@@ -79,29 +92,41 @@ def _tokens(rec: RequestRecord, words: int) -> int:
 
 async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int, ...] = (16, 256, 1024),
                   batches: tuple[int, ...] = (1, 4, 8), long_words: int = 2048, decode_tokens: int = 48,
-                  repeats: int = 3, timeout_s: float = 120.0) -> tuple[list[Sample], bool]:
-    """Run the design; returns the samples and whether the server batches concurrent requests."""
-    p = Prober(url, model, timeout_s)
+                  repeats: int = 3, timeout_s: float = 120.0,
+                  forcing: Forcing | None = None) -> tuple[list[Sample], bool]:
+    """Run the design; returns the samples and whether the server batches concurrent requests.
+
+    Every prompt size is sent as the workload would send it (`decode_tokens` forced outputs), so each
+    request yields a prefill sample (its TTFT) and a decode sample (its TPOT at context n + out/2);
+    the sizes are sent round-robin, `repeats` rounds, and each point keeps its median, so a burst of
+    load on a shared machine hits one round of every size, not every repeat of one size.
+    """
+    p = Prober(url, model, timeout_s, forcing or await server_forcing(url))
     try:
         await p.one(8, 4)  # warm-up: connection, first-request costs
+        sizes = (*prompt_words, long_words)
+        rounds: dict[int, list[RequestRecord]] = {w: [] for w in sizes}
+        for _ in range(repeats):
+            for words in sizes:
+                rounds[words].append(await p.one(words, decode_tokens))
         samples: list[Sample] = []
-        for words in prompt_words:
-            recs = [await p.one(words, 2) for _ in range(repeats)]
+        for words, recs in rounds.items():
             n = _tokens(recs[0], words)
-            samples.append(Sample("prefill", n, 1, n, 1e3 * statistics.median(r.ttft for r in recs)))
+            if words != long_words:  # the long context is a decode point: its prefill would weigh on B alone
+                samples.append(Sample("prefill", n, 1, n, 1e3 * statistics.median(r.ttft or 0.0 for r in recs)))
+            tpots = [r.tpot for r in recs if r.tpot is not None]
+            if tpots:
+                samples.append(Sample("decode", 1, 1, n + decode_tokens // 2, 1e3 * statistics.median(tpots)))
         pair = await p.batch(2, 16, decode_tokens)
         first, second = sorted(pair, key=lambda r: r.ttft or 0.0)
         serial = (second.ttft or 0.0) > 0.8 * (first.e2e or 0.0)
-        for b in (1,) if serial else batches:
+        for b in () if serial else batches:
             tpots = []
             for _ in range(repeats):
                 recs = await p.batch(b, 16, decode_tokens)
                 tpots += [r.tpot for r in recs if r.tpot is not None]
                 ctx = _tokens(recs[0], 16) + decode_tokens // 2
             samples.append(Sample("decode", b, b, b * ctx, 1e3 * statistics.median(tpots)))
-        recs = [await p.one(long_words, decode_tokens) for _ in range(repeats)]
-        ctx = _tokens(recs[0], long_words) + decode_tokens // 2
-        samples.append(Sample("decode", 1, 1, ctx, 1e3 * statistics.median(r.tpot for r in recs if r.tpot)))
         return samples, not serial
     finally:
         p.pool.close()

@@ -18,7 +18,7 @@ ACTIVATION_RESERVE_GIB = 1.5  # activations, CUDA graphs and allocator slack per
 def kv_blocks_for(gpu: Gpu, model: Model, *, tp: int = 1, dtype: str = "bf16", kv_bytes: float = 2.0,
                   gpu_memory_utilization: float = 0.9, block_size: int = BLOCK_SIZE) -> int:
     """Blocks that fit: (GPU memory × utilization − weights − reserve) per GPU, over KV bytes per block."""
-    b_w, _ = precision(dtype)
+    b_w = precision(dtype).weight_bytes
     weights = model.params_b * 1e9 * b_w / tp
     free = gpu.memory_gib * GiB * gpu_memory_utilization - weights - ACTIVATION_RESERVE_GIB * GiB
     kv_heads_per_gpu = max(model.kv_heads, tp) / tp

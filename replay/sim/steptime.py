@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from slogate.replay.sim.catalog import Gpu, Model, precision
+from slogate.replay.sim.catalog import Gpu, Model, gemm_speedup, precision
 from slogate.traces.usage import UsageError
 
 # Roofline efficiencies (DESIGN §6 fits, checked against vLLM's CI latency test on H100/H200)
@@ -59,9 +59,8 @@ class Roofline:
                  kv_bytes: float = 2.0, jitter: float = 0.02, seed: int = 0, scheduler: str = "v1") -> None:
         if tp < 1:
             raise UsageError(f"--tp must be at least 1, got {tp}")
-        b_w, speedup = precision(dtype)
-        if dtype.lower() == "fp8" and not gpu.fp8:
-            speedup = 1.0  # weight-only fp8 on cards without fp8 tensor cores
+        prec = precision(dtype)
+        b_w, speedup = prec.weight_bytes, gemm_speedup(prec, gpu)
         bw = gpu.hbm_tb_s * 1e12
         peak = gpu.bf16_tflops * 1e12 * tp
         flops = peak * gpu.mfu

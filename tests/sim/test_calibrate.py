@@ -37,14 +37,14 @@ def test_calibrate_recovers_hidden_linear_constants(tmp_path):
 def test_calibrated_sim_matches_llama_cpp():
     """Calibrate on llama.cpp (one request at a time), then replay one workload on both: TTFT and
     TPOT medians within 10 %."""
-    from slogate.replay.sim.calibrate import Prober
+    from slogate.replay.sim.calibrate import Prober, server_forcing
     from slogate.replay.sim.engine import SimConfig, SimRequest, simulate
     from tests.realservers import start_llama
 
     sizes = [40, 120, 300, 60, 200, 500, 80, 250]
 
     async def workload(url: str) -> list:
-        p = Prober(url, None, 120.0)
+        p = Prober(url, None, 120.0, await server_forcing(url))
         try:
             await p.one(8, 4)
             return [await p.one(n, 24) for n in sizes]
@@ -55,6 +55,8 @@ def test_calibrated_sim_matches_llama_cpp():
         cal = asyncio.run(calibrate(server.url, prompt_words=(16, 128, 512), long_words=1024, repeats=2))
         real = asyncio.run(workload(server.url))
     assert cal.max_num_seqs == 1
+    print(cal, [(r.ttft, r.tpot, r.output_tokens) for r in real])
+    assert all(r.output_tokens == 24 for r in real), [r.output_tokens for r in real]  # forced (logit_bias)
     reqs = [SimRequest(arrival=100.0 * i, prompt_tokens=n, output_tokens=r.output_tokens or 24)
             for i, (n, r) in enumerate(zip(sizes, real, strict=True))]
     sim = simulate(reqs, SimConfig(timing="linear", linear=cal.linear, jitter=0.0, max_num_seqs=1))
