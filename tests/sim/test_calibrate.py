@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from slogate.replay.sim.calibrate import calibrate, to_toml
-from slogate.replay.sim.cli import configure
+from slogate.replay.sim.options import configure
 from tests.simserver import start_sim
 
 HIDDEN = (8.0, 0.05, 0.5, 0.002)  # A, B, C, D in ms
