@@ -226,6 +226,7 @@ class Scheduler:
         kv = self.kv
         bs = kv.block_size
         caching = kv.prefix_caching
+        block_hash, by_hash = kv._hash, kv._by_hash
         finished = 0
         for req, n in zip(self.batch, self.batch_tokens, strict=True):
             if req.aborted:
@@ -235,8 +236,12 @@ class Scheduler:
                 full = c // bs
                 blocks, hashes = req.blocks, req.hashes
                 nh = len(hashes)
-                for j in range(req.nhashed, full):
-                    kv.register(blocks[j], hashes[j] if j < nh else (req.uid, j))
+                for j in range(req.nhashed, full):  # kv.register, inlined (hot: every full block)
+                    b = blocks[j]
+                    h = hashes[j] if j < nh else (req.uid, j)
+                    if block_hash[b] is None and h not in by_hash:
+                        block_hash[b] = h
+                        by_hash[h] = b
                 req.nhashed = full
             if c >= req.prompt_tokens + req.num_generated:
                 g = req.num_generated = req.num_generated + 1
