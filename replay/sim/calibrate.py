@@ -2,7 +2,7 @@
 
 Sends a small designed workload (prompt sizes one at a time, decode batches via concurrency, a long
 context), turns each design point's median TTFT or TPOT into a step sample and solves least squares
-for step ms = A + B·new_tokens + C·seqs + D·kv_tokens (+ the client's TTFT overhead). Prompts are
+for step ms = A + B·new_tokens + C·seqs + D·kv_tokens + E·attn_work (+ the client's TTFT overhead). Prompts are
 synthetic filler words; it never sends, logs or stores real prompt text.
 """
 
@@ -132,25 +132,48 @@ async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int
         p.pool.close()
 
 
-def fit(samples: list[Sample], *, batches: bool = True) -> tuple[LinearCoefficients, float]:
-    """Least squares for A, B, C, D and the TTFT overhead (prefill rows carry it, decode rows do not).
+CURVED = 0.05  # a linear prefill fit missing a design point by more than this: fit E (attention) too
 
-    A server that runs one request at a time never shows seqs apart from new tokens, so C is held at 0.
+
+def fit(samples: list[Sample], *, batches: bool = True) -> tuple[LinearCoefficients, float]:
+    """Least squares for A, B, C, D and the TTFT overhead (prefill rows carry it, decode rows do not);
+    E (quadratic attention) only when the prompts' TTFT is visibly curved, since fitting it to a
+    straight line only adds noise to B.
+
+    A prefill row's attention work is n²/2 (one chunk from an empty context), a decode row's its
+    context. A server that runs one request at a time never shows seqs apart from new tokens, so C
+    is held at 0.
     """
-    cols = 5 if batches else 4
+    coef, overhead = _fit(samples, batches=batches, attention=False)
+    prefill = [s for s in samples if s.kind == "prefill"]
+    miss = max((abs(coef.a_ms + coef.c_ms + overhead + (coef.b_ms + coef.d_ms) * s.new_tokens - s.step_ms)
+                / s.step_ms for s in prefill), default=0.0)
+    if miss > CURVED and len(prefill) >= 3:
+        return _fit(samples, batches=batches, attention=True)
+    return coef, overhead
+
+
+def _fit(samples: list[Sample], *, batches: bool, attention: bool) -> tuple[LinearCoefficients, float]:
+    names = ["a", "b", "c", "d", "e", "overhead"]
+    if not batches:
+        names.remove("c")
+    if not attention:
+        names.remove("e")
     rows, ys = [], []
     for s in samples:
-        row = [1.0, float(s.new_tokens), float(s.seqs), float(s.kv_tokens), 1.0 if s.kind == "prefill" else 0.0]
-        rows.append(row if batches else [row[0], row[1], row[3], row[4]])
+        attn = s.new_tokens * s.new_tokens / 2 if s.kind == "prefill" else float(s.kv_tokens)
+        full = {"a": 1.0, "b": float(s.new_tokens), "c": float(s.seqs), "d": float(s.kv_tokens), "e": attn,
+                "overhead": 1.0 if s.kind == "prefill" else 0.0}
+        rows.append([full[k] for k in names])
         ys.append(s.step_ms)
+    cols = len(names)
     if len(rows) < cols:
         raise UsageError(f"calibrate: {len(rows)} design points cannot fit {cols} constants")
     ata = [[sum(r[i] * r[j] for r in rows) for j in range(cols)] for i in range(cols)]
     aty = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(cols)]
-    x = solve(ata, aty)
-    if not batches:
-        x = [x[0], x[1], 0.0, x[2], x[3]]
-    return LinearCoefficients(a_ms=x[0], b_ms=x[1], c_ms=x[2], d_ms=x[3]), x[4]
+    x = dict(zip(names, solve(ata, aty), strict=True))
+    return LinearCoefficients(a_ms=x["a"], b_ms=x["b"], c_ms=x.get("c", 0.0), d_ms=x["d"],
+                              e_ms=x.get("e", 0.0)), x["overhead"]
 
 
 async def calibrate(url: str, **kw: object) -> Calibration:
@@ -162,7 +185,8 @@ async def calibrate(url: str, **kw: object) -> Calibration:
 
 def to_toml(cal: Calibration, url: str) -> str:
     c = cal.linear
-    lines = [f"# slogate sim calibrate --target {url}: step ms = A + B·new_tokens + C·seqs + D·kv_tokens",
+    lines = [f"# slogate sim calibrate --target {url}: step ms = A + B·new_tokens + C·seqs + D·kv_tokens"
+             " + E·attn_work",
              f"# client-side TTFT overhead {cal.ttft_overhead_ms:.3f} ms (not part of the engine step)",
              "# design points (kind, new_tokens, seqs, kv_tokens, measured ms):"]
     lines += [f"#   {s.kind} {s.new_tokens} {s.seqs} {s.kv_tokens} {s.step_ms:.3f}" for s in cal.samples]
@@ -170,7 +194,7 @@ def to_toml(cal: Calibration, url: str) -> str:
     if cal.max_num_seqs is not None:
         lines.append(f"max_num_seqs = {cal.max_num_seqs}  # the target ran one request at a time")
     lines += ["[sim.linear]", f"a_ms = {c.a_ms!r}", f"b_ms = {c.b_ms!r}", f"c_ms = {c.c_ms!r}",
-              f"d_ms = {c.d_ms!r}", ""]
+              f"d_ms = {c.d_ms!r}", f"e_ms = {c.e_ms!r}", ""]
     return "\n".join(lines)
 
 
@@ -197,5 +221,5 @@ def main(argv: list[str]) -> int:
     Path(ns.out).write_text(to_toml(cal, ns.target))
     c = cal.linear
     print(f"slogate sim calibrate: step ms = {c.a_ms:.4g} + {c.b_ms:.4g}·new_tokens + {c.c_ms:.4g}·seqs + "
-          f"{c.d_ms:.4g}·kv_tokens; wrote {ns.out} (use: slogate sim --config {ns.out})", file=sys.stderr)
+          f"{c.d_ms:.4g}·kv_tokens + {c.e_ms:.3g}·attn_work; wrote {ns.out} (use: slogate sim --config {ns.out})", file=sys.stderr)
     return 0

@@ -93,12 +93,17 @@ class Roofline:
 
 
 class LinearCoefficients(msgspec.Struct, frozen=True):
-    """T_step (ms) = a + b·new_tokens + c·seqs + d·kv_tokens."""
+    """T_step (ms) = a + b·new_tokens + c·seqs + d·kv_tokens + e·attn_work.
+
+    attn_work = Σ n·(c + n/2) over the step's sequences: the quadratic attention of a prompt chunk
+    (visible on CPU engines such as llama.cpp, where prefill attention is a large share of the step).
+    """
 
     a_ms: float
     b_ms: float = 0.0
     c_ms: float = 0.0
     d_ms: float = 0.0
+    e_ms: float = 0.0
 
 
 class Linear:
@@ -111,7 +116,7 @@ class Linear:
 
     def __call__(self, new_tokens: int, seqs: int, kv_tokens: int, attn_work: float) -> float:
         c = self.coef
-        t = (c.a_ms + c.b_ms * new_tokens + c.c_ms * seqs + c.d_ms * kv_tokens) / 1e3
+        t = (c.a_ms + c.b_ms * new_tokens + c.c_ms * seqs + c.d_ms * kv_tokens + c.e_ms * attn_work) / 1e3
         if self.jitter:
             t *= 1.0 + self.jitter * max(-3.0, min(3.0, self._rng.gauss(0.0, 1.0)))
         return max(t, 1e-6)
