@@ -84,6 +84,16 @@ PRECISIONS: dict[str, Precision] = {
 _NVLINK_A100 = {"link_gb_s": 300.0, "link_latency_us": 8.0}
 _NVLINK_H100 = {"link_gb_s": 450.0, "link_latency_us": 8.0}
 
+# GPU sources (HBM TB/s, dense bf16 TFLOP/s without sparsity, memory): NVIDIA datasheets
+#   A100-80G  nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
+#   H100-SXM  nvidia.com/en-us/data-center/h100/  (3.35 TB/s, 989 TF bf16 dense = 1,979 with sparsity / 2)
+#   H200      nvidia.com/en-us/data-center/h200/  (4.8 TB/s, 141 GB)
+#   L40S      nvidia.com/en-us/data-center/l40s/ ; A10 nvidia.com/en-us/data-center/products/a10-gpu/ ;
+#   L4        nvidia.com/en-us/data-center/l4/
+#   RTX-4090  NVIDIA Ada GPU architecture whitepaper (FP16/BF16 tensor, FP16 accumulate) ;
+#   RTX-3090  NVIDIA Ampere GA102 whitepaper (same convention)
+# NVLink per-direction bandwidth: A100 600 GB/s and H100 900 GB/s bidirectional, halved. MFU: fitted
+# (steptime.py: A100 on DistServe's OPT-13B profile, H100/H200 on vLLM's CI latency test).
 GPUS: dict[str, Gpu] = {
     g.name.lower(): g
     for g in (
@@ -98,6 +108,13 @@ GPUS: dict[str, Gpu] = {
     )
 }
 
+# Model sources: each model's config.json on Hugging Face (layers = num_hidden_layers, hidden, heads,
+# kv_heads = num_key_value_heads, vocab, max_context = max_position_embeddings), parameters from its card:
+#   llama-3-8b / -70b  huggingface.co/meta-llama/Meta-Llama-3-8B (-70B)/blob/main/config.json
+#   qwen2.5-7b         huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json
+#   mixtral-8x7b       huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json (46.7 B total,
+#                      12.9 B active: mistral.ai/news/mixtral-of-experts)
+#   opt-13b            huggingface.co/facebook/opt-13b/blob/main/config.json
 MODELS: dict[str, Model] = {
     m.name: m
     for m in (
