@@ -77,7 +77,7 @@ def sim_args(opts: dict[str, str]) -> list[str]:
 
 def sim_config(opts: dict[str, str]):
     """The virtual-time engine config for `sim:` options, parsed exactly as `slogate sim` parses them."""
-    from slogate.replay.sim.cli import configure
+    from slogate.replay.sim.options import configure
 
     try:
         return configure(sim_args(opts))[0]

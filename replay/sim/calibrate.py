@@ -2,7 +2,7 @@
 
 Sends a small designed workload (prompt sizes one at a time, decode batches via concurrency, a long
 context), turns each design point's median TTFT or TPOT into a step sample and solves least squares
-for step ms = A + B·new_tokens + C·seqs + D·kv_tokens (+ the client's TTFT overhead). Prompts are
+for step ms = A + B·new_tokens + C·seqs + D·kv_tokens + E·attn_work (+ the client's TTFT overhead). Prompts are
 synthetic filler words; it never sends, logs or stores real prompt text.
 """
 
@@ -15,9 +15,11 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import msgspec
 
 from slogate.replay.client import ClientConfig, complete, new_pool, start
+from slogate.replay.forcing import Forcing, choose
 from slogate.replay.sim.steptime import LinearCoefficients, solve
 from slogate.traces.record import RequestRecord
 from slogate.traces.usage import UsageError
@@ -48,18 +50,29 @@ def prompt(i: int, words: int) -> str:
     return " ".join([f"q{i}x"] + [fill[k % len(fill)] for k in range(words - 1)])
 
 
+async def server_forcing(url: str, spec: str = "auto") -> Forcing:
+    """How to force exact output lengths on `url`: the replay's own choice by probed server kind
+    (llama.cpp ignores ignore_eos, so its end tokens are banned by logit_bias; DESIGN §7)."""
+    from slogate.replay.target import probe
+
+    async with aiohttp.ClientSession() as session:
+        info = await probe(session, url.rstrip("/"), {}, wait_s=5.0)
+    return choose(spec, info.kind)
+
+
 class Prober:
-    def __init__(self, url: str, model: str | None, timeout_s: float) -> None:
+    def __init__(self, url: str, model: str | None, timeout_s: float, forcing: Forcing | None = None) -> None:
         self.cfg = ClientConfig(base_url=url.rstrip("/"), model=model, endpoint="/v1/completions",
                                 timeout_s=timeout_s)
         self.pool = new_pool(self.cfg)
+        self.forcing = forcing or Forcing("ignore_eos")
         self.n = 0
 
     async def one(self, words: int, max_tokens: int) -> RequestRecord:
         self.n += 1
-        body: dict[str, object] = {"prompt": prompt(self.n, words), "max_tokens": max_tokens, "stream": True,
-                                   "ignore_eos": True, "temperature": 0.0,
+        body: dict[str, object] = {"prompt": prompt(self.n, words), "stream": True, "temperature": 0.0,
                                    "stream_options": {"include_usage": True}}
+        body.update(self.forcing.fields(max_tokens))
         if self.cfg.model:
             body["model"] = self.cfg.model
         rec = await complete(self.pool, self.cfg, start(self.pool, self.cfg, msgspec.json.encode(body),
@@ -79,53 +92,88 @@ def _tokens(rec: RequestRecord, words: int) -> int:
 
 async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int, ...] = (16, 256, 1024),
                   batches: tuple[int, ...] = (1, 4, 8), long_words: int = 2048, decode_tokens: int = 48,
-                  repeats: int = 3, timeout_s: float = 120.0) -> tuple[list[Sample], bool]:
-    """Run the design; returns the samples and whether the server batches concurrent requests."""
-    p = Prober(url, model, timeout_s)
+                  repeats: int = 3, timeout_s: float = 120.0,
+                  forcing: Forcing | None = None) -> tuple[list[Sample], bool]:
+    """Run the design; returns the samples and whether the server batches concurrent requests.
+
+    Every prompt size is sent as the workload would send it (`decode_tokens` forced outputs), so each
+    request yields a prefill sample (its TTFT) and a decode sample (its TPOT at context n + out/2);
+    the sizes are sent round-robin, `repeats` rounds, and each point keeps its median, so a burst of
+    load on a shared machine hits one round of every size, not every repeat of one size.
+    """
+    p = Prober(url, model, timeout_s, forcing or await server_forcing(url))
     try:
         await p.one(8, 4)  # warm-up: connection, first-request costs
+        sizes = (*prompt_words, long_words)
+        rounds: dict[int, list[RequestRecord]] = {w: [] for w in sizes}
+        for _ in range(repeats):
+            for words in sizes:
+                rounds[words].append(await p.one(words, decode_tokens))
         samples: list[Sample] = []
-        for words in prompt_words:
-            recs = [await p.one(words, 2) for _ in range(repeats)]
+        for words, recs in rounds.items():
             n = _tokens(recs[0], words)
-            samples.append(Sample("prefill", n, 1, n, 1e3 * statistics.median(r.ttft for r in recs)))
+            if words != long_words:  # the long context is a decode point: its prefill would weigh on B alone
+                samples.append(Sample("prefill", n, 1, n, 1e3 * statistics.median(r.ttft or 0.0 for r in recs)))
+            tpots = [r.tpot for r in recs if r.tpot is not None]
+            if tpots:
+                samples.append(Sample("decode", 1, 1, n + decode_tokens // 2, 1e3 * statistics.median(tpots)))
         pair = await p.batch(2, 16, decode_tokens)
         first, second = sorted(pair, key=lambda r: r.ttft or 0.0)
         serial = (second.ttft or 0.0) > 0.8 * (first.e2e or 0.0)
-        for b in (1,) if serial else batches:
+        for b in () if serial else batches:
             tpots = []
             for _ in range(repeats):
                 recs = await p.batch(b, 16, decode_tokens)
                 tpots += [r.tpot for r in recs if r.tpot is not None]
                 ctx = _tokens(recs[0], 16) + decode_tokens // 2
             samples.append(Sample("decode", b, b, b * ctx, 1e3 * statistics.median(tpots)))
-        recs = [await p.one(long_words, decode_tokens) for _ in range(repeats)]
-        ctx = _tokens(recs[0], long_words) + decode_tokens // 2
-        samples.append(Sample("decode", 1, 1, ctx, 1e3 * statistics.median(r.tpot for r in recs if r.tpot)))
         return samples, not serial
     finally:
         p.pool.close()
 
 
-def fit(samples: list[Sample], *, batches: bool = True) -> tuple[LinearCoefficients, float]:
-    """Least squares for A, B, C, D and the TTFT overhead (prefill rows carry it, decode rows do not).
+CURVED = 0.05  # a linear prefill fit missing a design point by more than this: fit E (attention) too
 
-    A server that runs one request at a time never shows seqs apart from new tokens, so C is held at 0.
+
+def fit(samples: list[Sample], *, batches: bool = True) -> tuple[LinearCoefficients, float]:
+    """Least squares for A, B, C, D and the TTFT overhead (prefill rows carry it, decode rows do not);
+    E (quadratic attention) only when the prompts' TTFT is visibly curved, since fitting it to a
+    straight line only adds noise to B.
+
+    A prefill row's attention work is n²/2 (one chunk from an empty context), a decode row's its
+    context. A server that runs one request at a time never shows seqs apart from new tokens, so C
+    is held at 0.
     """
-    cols = 5 if batches else 4
+    coef, overhead = _fit(samples, batches=batches, attention=False)
+    prefill = [s for s in samples if s.kind == "prefill"]
+    miss = max((abs(coef.a_ms + coef.c_ms + overhead + (coef.b_ms + coef.d_ms) * s.new_tokens - s.step_ms)
+                / s.step_ms for s in prefill), default=0.0)
+    if miss > CURVED and len(prefill) >= 3:
+        return _fit(samples, batches=batches, attention=True)
+    return coef, overhead
+
+
+def _fit(samples: list[Sample], *, batches: bool, attention: bool) -> tuple[LinearCoefficients, float]:
+    names = ["a", "b", "c", "d", "e", "overhead"]
+    if not batches:
+        names.remove("c")
+    if not attention:
+        names.remove("e")
     rows, ys = [], []
     for s in samples:
-        row = [1.0, float(s.new_tokens), float(s.seqs), float(s.kv_tokens), 1.0 if s.kind == "prefill" else 0.0]
-        rows.append(row if batches else [row[0], row[1], row[3], row[4]])
+        attn = s.new_tokens * s.new_tokens / 2 if s.kind == "prefill" else float(s.kv_tokens)
+        full = {"a": 1.0, "b": float(s.new_tokens), "c": float(s.seqs), "d": float(s.kv_tokens), "e": attn,
+                "overhead": 1.0 if s.kind == "prefill" else 0.0}
+        rows.append([full[k] for k in names])
         ys.append(s.step_ms)
+    cols = len(names)
     if len(rows) < cols:
         raise UsageError(f"calibrate: {len(rows)} design points cannot fit {cols} constants")
     ata = [[sum(r[i] * r[j] for r in rows) for j in range(cols)] for i in range(cols)]
     aty = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(cols)]
-    x = solve(ata, aty)
-    if not batches:
-        x = [x[0], x[1], 0.0, x[2], x[3]]
-    return LinearCoefficients(a_ms=x[0], b_ms=x[1], c_ms=x[2], d_ms=x[3]), x[4]
+    x = dict(zip(names, solve(ata, aty), strict=True))
+    return LinearCoefficients(a_ms=x["a"], b_ms=x["b"], c_ms=x.get("c", 0.0), d_ms=x["d"],
+                              e_ms=x.get("e", 0.0)), x["overhead"]
 
 
 async def calibrate(url: str, **kw: object) -> Calibration:
@@ -137,7 +185,8 @@ async def calibrate(url: str, **kw: object) -> Calibration:
 
 def to_toml(cal: Calibration, url: str) -> str:
     c = cal.linear
-    lines = [f"# slogate sim calibrate --target {url}: step ms = A + B·new_tokens + C·seqs + D·kv_tokens",
+    lines = [f"# slogate sim calibrate --target {url}: step ms = A + B·new_tokens + C·seqs + D·kv_tokens"
+             " + E·attn_work",
              f"# client-side TTFT overhead {cal.ttft_overhead_ms:.3f} ms (not part of the engine step)",
              "# design points (kind, new_tokens, seqs, kv_tokens, measured ms):"]
     lines += [f"#   {s.kind} {s.new_tokens} {s.seqs} {s.kv_tokens} {s.step_ms:.3f}" for s in cal.samples]
@@ -145,7 +194,7 @@ def to_toml(cal: Calibration, url: str) -> str:
     if cal.max_num_seqs is not None:
         lines.append(f"max_num_seqs = {cal.max_num_seqs}  # the target ran one request at a time")
     lines += ["[sim.linear]", f"a_ms = {c.a_ms!r}", f"b_ms = {c.b_ms!r}", f"c_ms = {c.c_ms!r}",
-              f"d_ms = {c.d_ms!r}", ""]
+              f"d_ms = {c.d_ms!r}", f"e_ms = {c.e_ms!r}", ""]
     return "\n".join(lines)
 
 
@@ -172,5 +221,5 @@ def main(argv: list[str]) -> int:
     Path(ns.out).write_text(to_toml(cal, ns.target))
     c = cal.linear
     print(f"slogate sim calibrate: step ms = {c.a_ms:.4g} + {c.b_ms:.4g}·new_tokens + {c.c_ms:.4g}·seqs + "
-          f"{c.d_ms:.4g}·kv_tokens; wrote {ns.out} (use: slogate sim --config {ns.out})", file=sys.stderr)
+          f"{c.d_ms:.4g}·kv_tokens + {c.e_ms:.3g}·attn_work; wrote {ns.out} (use: slogate sim --config {ns.out})", file=sys.stderr)
     return 0

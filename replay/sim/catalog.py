@@ -47,18 +47,53 @@ class Model(msgspec.Struct, frozen=True, kw_only=True):
         return self.active_params_b if self.active_params_b is not None else self.params_b
 
 
-# bytes per weight and the compute speed-up over bf16 when the GPU supports the format
-PRECISIONS: dict[str, tuple[float, float]] = {
-    "bf16": (2.0, 1.0),
-    "fp16": (2.0, 1.0),
-    "fp8": (1.0, 2.0),
-    "int8": (1.0, 2.0),
-    "int4": (0.5, 1.0),  # weight-only: memory halves again, math stays 16-bit
+class Precision(msgspec.Struct, frozen=True, kw_only=True):
+    """What a weight format changes in a step, as explicit factors over bf16.
+
+    Decode is memory-bound: its gain is `weight_bytes` (bytes streamed per weight, scales included).
+    Prefill is compute-bound: its gain is `gemm_speedup` on GPUs with native tensor cores for the
+    format (`native`: "fp8" = Ada/Hopper, "int8" = any tensor-core GPU), else `emulated_speedup`
+    (the weights are dequantised to 16-bit inside the GEMM; the math stays bf16).
+    """
+
+    weight_bytes: float
+    gemm_speedup: float = 1.0
+    emulated_speedup: float = 1.0
+    native: str = ""  # "" = 16-bit math, always available
+
+
+# Sources of the factors:
+# - fp8 (W8A8): vLLM FP8 docs (docs.vllm.ai/en/stable/features/quantization/fp8/): "2x reduction in model
+#   memory requirements and up to a 1.6x improvement in throughput"; on Ampere it runs as weight-only W8A16
+#   (FP8 Marlin), so the math stays 16-bit there.
+# - int8 (W8A8, SmoothQuant): Xiao et al., ICML 2023 (arXiv 2211.10438): "up to 1.56x speedup and 2x memory
+#   reduction".
+# - int4 / awq (W4A16): Lin et al., AWQ, MLSys 2024 (arXiv 2306.00978), group size 128 with an fp16 scale
+#   and zero per group: 0.5 + 4/128 bytes per weight; Frantar et al., MARLIN, PPoPP 2025 (arXiv
+#   2408.11743): "close to maximum (4x) quantization speedup" for batches up to 16-32 (memory-bound
+#   decode: the bytes ratio), "gradually decreasing" at 64-128, i.e. no gain once compute-bound (prefill).
+PRECISIONS: dict[str, Precision] = {
+    "bf16": Precision(weight_bytes=2.0),
+    "fp16": Precision(weight_bytes=2.0),
+    "fp8": Precision(weight_bytes=1.0, gemm_speedup=1.6, native="fp8"),
+    "int8": Precision(weight_bytes=1.0, gemm_speedup=1.56, native="int8"),
+    "int4": Precision(weight_bytes=0.5 + 4 / 128),
+    "awq": Precision(weight_bytes=0.5 + 4 / 128),
 }
 
 _NVLINK_A100 = {"link_gb_s": 300.0, "link_latency_us": 8.0}
 _NVLINK_H100 = {"link_gb_s": 450.0, "link_latency_us": 8.0}
 
+# GPU sources (HBM TB/s, dense bf16 TFLOP/s without sparsity, memory): NVIDIA datasheets
+#   A100-80G  nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
+#   H100-SXM  nvidia.com/en-us/data-center/h100/  (3.35 TB/s, 989 TF bf16 dense = 1,979 with sparsity / 2)
+#   H200      nvidia.com/en-us/data-center/h200/  (4.8 TB/s, 141 GB)
+#   L40S      nvidia.com/en-us/data-center/l40s/ ; A10 nvidia.com/en-us/data-center/products/a10-gpu/ ;
+#   L4        nvidia.com/en-us/data-center/l4/
+#   RTX-4090  NVIDIA Ada GPU architecture whitepaper (FP16/BF16 tensor, FP16 accumulate) ;
+#   RTX-3090  NVIDIA Ampere GA102 whitepaper (same convention)
+# NVLink per-direction bandwidth: A100 600 GB/s and H100 900 GB/s bidirectional, halved. MFU: fitted
+# (steptime.py: A100 on DistServe's OPT-13B profile, H100/H200 on vLLM's CI latency test).
 GPUS: dict[str, Gpu] = {
     g.name.lower(): g
     for g in (
@@ -73,6 +108,13 @@ GPUS: dict[str, Gpu] = {
     )
 }
 
+# Model sources: each model's config.json on Hugging Face (layers = num_hidden_layers, hidden, heads,
+# kv_heads = num_key_value_heads, vocab, max_context = max_position_embeddings), parameters from its card:
+#   llama-3-8b / -70b  huggingface.co/meta-llama/Meta-Llama-3-8B (-70B)/blob/main/config.json
+#   qwen2.5-7b         huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json
+#   mixtral-8x7b       huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json (46.7 B total,
+#                      12.9 B active: mistral.ai/news/mixtral-of-experts)
+#   opt-13b            huggingface.co/facebook/opt-13b/blob/main/config.json
 MODELS: dict[str, Model] = {
     m.name: m
     for m in (
@@ -122,12 +164,18 @@ def find_model(name: str, extra: dict[str, Model] | None = None) -> Model:
     return table[key]
 
 
-def precision(name: str) -> tuple[float, float]:
-    """(bytes per weight, compute speed-up) of a weight precision name."""
+def precision(name: str) -> Precision:
+    """The factors of a weight precision name (see PRECISIONS for their sources)."""
     key = name.strip().lower()
     if key not in PRECISIONS:
         raise UsageError(f"unknown dtype {name!r}; choose one of: {', '.join(PRECISIONS)}")
     return PRECISIONS[key]
+
+
+def gemm_speedup(p: Precision, gpu: Gpu) -> float:
+    """Prefill GEMM speed-up of `p` on `gpu`: native tensor cores, else dequantised 16-bit math."""
+    native = p.native == "int8" or (p.native == "fp8" and gpu.fp8) or not p.native
+    return p.gemm_speedup if native else p.emulated_speedup
 
 
 def load_custom(path: str | Path) -> tuple[dict[str, Gpu], dict[str, Model]]:

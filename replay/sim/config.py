@@ -80,7 +80,7 @@ def build(config: SimConfig) -> EngineSpec:
     gpu = _resolve(catalog.Gpu, config.gpu, config.gpu_set, gpus, catalog.find_gpu)
     model = _resolve(catalog.Model, config.model, config.model_set, models, catalog.find_model)
     catalog.precision(config.dtype)
-    kv_bytes, _ = catalog.precision(config.kv_dtype)
+    kv_bytes = catalog.precision(config.kv_dtype).weight_bytes
     if config.tp < 1 or config.tp & (config.tp - 1):
         raise UsageError(f"--tp {config.tp} is not supported; use 1, 2, 4 or 8")
     if not 0.05 <= config.gpu_memory_utilization <= 1.0:
@@ -147,7 +147,7 @@ def step_model(spec: EngineSpec, seed: int) -> StepFn:
     if c.timing == "profile":
         assert c.profile is not None
         return load_profile(c.profile, jitter=c.jitter, seed=seed)
-    kv_bytes, _ = catalog.precision(c.kv_dtype)
+    kv_bytes = catalog.precision(c.kv_dtype).weight_bytes
     return Roofline(spec.gpu, spec.model, tp=c.tp, dtype=c.dtype, kv_bytes=kv_bytes, jitter=c.jitter, seed=seed,
                     scheduler=c.scheduler)
 

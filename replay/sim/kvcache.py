@@ -18,7 +18,7 @@ ACTIVATION_RESERVE_GIB = 1.5  # activations, CUDA graphs and allocator slack per
 def kv_blocks_for(gpu: Gpu, model: Model, *, tp: int = 1, dtype: str = "bf16", kv_bytes: float = 2.0,
                   gpu_memory_utilization: float = 0.9, block_size: int = BLOCK_SIZE) -> int:
     """Blocks that fit: (GPU memory × utilization − weights − reserve) per GPU, over KV bytes per block."""
-    b_w, _ = precision(dtype)
+    b_w = precision(dtype).weight_bytes
     weights = model.params_b * 1e9 * b_w / tp
     free = gpu.memory_gib * GiB * gpu_memory_utilization - weights - ACTIVATION_RESERVE_GIB * GiB
     kv_heads_per_gpu = max(model.kv_heads, tp) / tp
@@ -78,33 +78,39 @@ class KVCache:
         """n fresh blocks (evicting least recently freed cached blocks), or None when they do not fit."""
         if n > len(self._free) + len(self._lru):
             return None
-        out: list[int] = []
         free, ref = self._free, self._ref
-        for _ in range(n):
-            if free:
-                b = free.pop()
-            else:
-                b, _ = self._lru.popitem(last=False)
-                h = self._hash[b]
-                if self._by_hash.get(h) == b:
-                    del self._by_hash[h]
-                self._hash[b] = None
+        k = min(n, len(free))
+        out = free[len(free) - k:]  # the never-hashed stack first: one slice, no per-block pops
+        del free[len(free) - k:]
+        out.reverse()
+        for b in out:
             ref[b] = 1
-            out.append(b)
+        if k < n:
+            lru, hashes, by_hash = self._lru, self._hash, self._by_hash
+            for _ in range(n - k):
+                b, _ = lru.popitem(last=False)
+                h = hashes[b]
+                if by_hash.get(h) == b:
+                    del by_hash[h]
+                hashes[b] = None
+                ref[b] = 1
+                out.append(b)
         self.used += n
         return out
 
     def free(self, blocks: Sequence[int]) -> None:
         """Release a request's blocks, tail first so that prefix heads are evicted last."""
-        ref, hashes = self._ref, self._hash
+        ref, hashes, free, lru = self._ref, self._hash, self._free, self._lru
+        released = 0
         for b in reversed(blocks):
-            ref[b] -= 1
-            if ref[b] == 0:
-                self.used -= 1
+            r = ref[b] = ref[b] - 1
+            if r == 0:
+                released += 1
                 if hashes[b] is None:
-                    self._free.append(b)
+                    free.append(b)
                 else:
-                    self._lru[b] = None
+                    lru[b] = None
+        self.used -= released
 
     def register(self, block: int, h: Hashable) -> None:
         """A block is full of computed tokens: make it findable under its chained hash."""

@@ -46,6 +46,9 @@ class SimReq:
         return self.hashes[i] if i < len(self.hashes) else (self.uid, i)
 
 
+V0_MAX_PADDINGS = 256  # vLLM 0.2.x SchedulerConfig.max_paddings (its default)
+
+
 class Scheduler:
     """Forms steps over a KV cache; `schedule(now)` then `complete(t_end)` once the step ran."""
 
@@ -204,10 +207,37 @@ class Scheduler:
             self._take(req, n)
             budget -= n
 
+    def _admit_padded(self, now: float) -> None:
+        """V0 (vLLM 0.2-0.3) prompt batching: the batch is padded to its longest prompt, so it is
+        budgeted as len(batch) × max(prompt) ≤ max_num_batched_tokens with at most V0_MAX_PADDINGS
+        padding tokens, and the step computes the padded tokens (vllm/core/scheduler.py, v0.2.7)."""
+        running, waiting = self.running, self.waiting
+        lens: list[int] = []
+        while waiting and len(running) < self.max_num_seqs:
+            req = waiting[0]
+            if req.arrival > now:
+                break
+            n = req.prompt_tokens + req.num_generated
+            new = [*lens, n]
+            padded = len(new) * max(new)
+            if lens and (padded > self.max_num_batched_tokens or padded - sum(new) > V0_MAX_PADDINGS):
+                break
+            got = self._admit(req, self.max_num_batched_tokens, now, chunked=False)
+            if got == 0:
+                break
+            waiting.popleft()
+            running.append(req)
+            self._take(req, got)
+            lens.append(n)
+        if len(lens) > 1:  # the padding is computed too
+            pad = len(lens) * max(lens) - sum(lens)
+            self.new_tokens += pad
+            self.attn_work += pad * max(lens) * 0.5
+
     def _schedule_v0(self, now: float) -> None:
         """Prefill-first: a step with new prompts runs only those prompts (decodes stall)."""
         running = self.running
-        self._admit_waiting(now, self.max_num_batched_tokens, chunked=False)
+        self._admit_padded(now)
         if self.batch:
             return
         for req in list(running):
@@ -226,6 +256,7 @@ class Scheduler:
         kv = self.kv
         bs = kv.block_size
         caching = kv.prefix_caching
+        block_hash, by_hash = kv._hash, kv._by_hash
         finished = 0
         for req, n in zip(self.batch, self.batch_tokens, strict=True):
             if req.aborted:
@@ -235,8 +266,12 @@ class Scheduler:
                 full = c // bs
                 blocks, hashes = req.blocks, req.hashes
                 nh = len(hashes)
-                for j in range(req.nhashed, full):
-                    kv.register(blocks[j], hashes[j] if j < nh else (req.uid, j))
+                for j in range(req.nhashed, full):  # kv.register, inlined (hot: every full block)
+                    b = blocks[j]
+                    h = hashes[j] if j < nh else (req.uid, j)
+                    if block_hash[b] is None and h not in by_hash:
+                        block_hash[b] = h
+                        by_hash[h] = b
                 req.nhashed = full
             if c >= req.prompt_tokens + req.num_generated:
                 g = req.num_generated = req.num_generated + 1

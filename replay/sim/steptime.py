@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from slogate.replay.sim.catalog import Gpu, Model, precision
+from slogate.replay.sim.catalog import Gpu, Model, gemm_speedup, precision
 from slogate.traces.usage import UsageError
 
 # Roofline efficiencies (DESIGN §6 fits, checked against vLLM's CI latency test on H100/H200)
@@ -59,9 +59,8 @@ class Roofline:
                  kv_bytes: float = 2.0, jitter: float = 0.02, seed: int = 0, scheduler: str = "v1") -> None:
         if tp < 1:
             raise UsageError(f"--tp must be at least 1, got {tp}")
-        b_w, speedup = precision(dtype)
-        if dtype.lower() == "fp8" and not gpu.fp8:
-            speedup = 1.0  # weight-only fp8 on cards without fp8 tensor cores
+        prec = precision(dtype)
+        b_w, speedup = prec.weight_bytes, gemm_speedup(prec, gpu)
         bw = gpu.hbm_tb_s * 1e12
         peak = gpu.bf16_tflops * 1e12 * tp
         flops = peak * gpu.mfu
@@ -94,12 +93,17 @@ class Roofline:
 
 
 class LinearCoefficients(msgspec.Struct, frozen=True):
-    """T_step (ms) = a + b·new_tokens + c·seqs + d·kv_tokens."""
+    """T_step (ms) = a + b·new_tokens + c·seqs + d·kv_tokens + e·attn_work.
+
+    attn_work = Σ n·(c + n/2) over the step's sequences: the quadratic attention of a prompt chunk
+    (visible on CPU engines such as llama.cpp, where prefill attention is a large share of the step).
+    """
 
     a_ms: float
     b_ms: float = 0.0
     c_ms: float = 0.0
     d_ms: float = 0.0
+    e_ms: float = 0.0
 
 
 class Linear:
@@ -112,7 +116,7 @@ class Linear:
 
     def __call__(self, new_tokens: int, seqs: int, kv_tokens: int, attn_work: float) -> float:
         c = self.coef
-        t = (c.a_ms + c.b_ms * new_tokens + c.c_ms * seqs + c.d_ms * kv_tokens) / 1e3
+        t = (c.a_ms + c.b_ms * new_tokens + c.c_ms * seqs + c.d_ms * kv_tokens + c.e_ms * attn_work) / 1e3
         if self.jitter:
             t *= 1.0 + self.jitter * max(-3.0, min(3.0, self._rng.gauss(0.0, 1.0)))
         return max(t, 1e-6)

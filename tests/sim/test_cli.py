@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from slogate.replay.sim.cli import configure
+from slogate.replay.sim.options import configure
 from slogate.traces.usage import UsageError
 
 

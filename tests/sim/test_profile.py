@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from slogate.replay.sim.cli import configure
 from slogate.replay.sim.engine import SimConfig, SimRequest, simulate
+from slogate.replay.sim.options import configure
 from slogate.replay.sim.profile import load_profile
 from slogate.traces.usage import UsageError
 
