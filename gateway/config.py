@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import math
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from slogate.gateway.routing.health import HealthConfig
 from slogate.gateway.routing.upstreams import UpstreamSpec
 from slogate.gateway.tokens import TEMPLATES
 from slogate.traces.slo import Slo, SloError, parse_duration, parse_slo
+from slogate.traces.toml_file import read_toml_file
 from slogate.traces.usage import UsageError
 
 
@@ -198,12 +198,7 @@ def _get(data: dict, dotted: str) -> Any:
 
 def read_toml(path: str | Path) -> dict[str, Any]:
     """The `[gateway]` table of a TOML file (a file holding only gateway keys is accepted too)."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"--config {path}: cannot read ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"--config {path}: not valid TOML ({exc})") from None
+    data = read_toml_file(path)
     if "gateway" not in data:
         if data and not set(data) <= set(GatewayConfig.__struct_fields__):
             raise UsageError(f"--config {path}: no [gateway] table (found: {', '.join(sorted(data))})")

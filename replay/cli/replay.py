@@ -153,14 +153,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def read_config(path: str, p: argparse.ArgumentParser) -> dict:
     """The [replay] table of a TOML file as parser defaults; keys are option names (`max-requests` or
     `max_requests`); list options (`slo`, `label`, `header`) take arrays."""
-    import tomllib
+    from slogate.traces.toml_file import read_toml_file
 
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"--config {path}: cannot read ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"--config {path}: not valid TOML ({exc})") from None
+    data = read_toml_file(path)
     table = data.get("replay", data)
     if not isinstance(table, dict):
         raise UsageError(f"--config {path}: [replay] must be a table")
