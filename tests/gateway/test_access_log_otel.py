@@ -90,7 +90,7 @@ class _Receiver(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def otlp_receiver() -> Iterator[str]:
-    pytest.importorskip("opentelemetry.proto")
+    import opentelemetry.proto  # noqa: F401  (the test extra installs it: make test)
     _Receiver.spans = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _Receiver)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -64,8 +64,8 @@ def ok(port: int) -> bool:
     return status == 200 and body == hostile_upstream.body_for(b"probe")
 
 
-@pytest.mark.skipif(shutil.which("prlimit") is None, reason="prlimit (util-linux) is not installed")
 def test_250_slowloris_sockets_under_a_200_fd_limit_leave_the_gateway_serving():
+    assert shutil.which("prlimit"), "prlimit (Debian util-linux) is needed for this test"
     with hostile_upstream.in_thread() as url, \
             start_gateway(url, "--client-header-timeout", "3", wrapper=["prlimit", "--nofile=200:200", "--"]) as gw:
         with sockets(gw.port, 250, PARTIAL) as idle:

@@ -44,9 +44,8 @@ def test_mooncake_export_matches_the_schema_and_prints_peer_commands(tmp_path) -
 def test_parquet_and_csv_exports_read_back_equal(tmp_path) -> None:
     import csv
 
-    import pytest
+    import pyarrow.parquet as pq  # the test extra installs pyarrow (make test)
 
-    pq = pytest.importorskip("pyarrow.parquet")
     from slogate.traces import formats
     from slogate.traces.formats.columns import NAMES, row
 
