@@ -38,12 +38,12 @@ def check(cand: Candidate, context_tokens: int) -> Fit:
     model = catalog.find_model(cand.model)
     tp = cand.int_option("tp", 1)
     dtype = opts.get("dtype", "bf16")
-    kv_bytes, _ = catalog.precision(opts.get("kv_dtype", "bf16"))
+    kv_bytes = catalog.precision(opts.get("kv_dtype", "bf16")).weight_bytes
     try:
         util = float(opts.get("gpu_memory_utilization", DEFAULT_MEMORY_UTILIZATION))
     except ValueError:
         raise UsageError(f"bad candidate {cand.spec!r}: gpu_memory_utilization must be a fraction, e.g. 0.9") from None
-    b_w, _ = catalog.precision(dtype)
+    b_w = catalog.precision(dtype).weight_bytes
     weights = model.params_b * 1e9 * b_w / tp / catalog.GiB
     usable = gpu.memory_gib * util
     kv = usable - weights - ACTIVATION_RESERVE_GIB

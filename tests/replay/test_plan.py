@@ -14,6 +14,7 @@ from slogate.cli import main as slogate
 from slogate.replay.plan import candidates as cands
 from slogate.replay.plan import cost, feasibility
 from slogate.replay.plan.output import load
+from slogate.replay.sim import catalog
 from slogate.replay.sim.catalog import GiB, find_gpu, find_model
 from slogate.replay.sim.kvcache import ACTIVATION_RESERVE_GIB, BLOCK_SIZE
 from slogate.traces.usage import UsageError
@@ -121,7 +122,7 @@ def test_grid_expands_every_candidate() -> None:
 def test_feasibility_is_the_sims_memory_arithmetic() -> None:
     gpu, model = find_gpu("l4"), find_model("llama-3-8b")
     fit = feasibility.check(cands.parse_candidate("l4/llama-3-8b?dtype=int4"), 4096)
-    weights = model.params_b * 1e9 * 0.5 / GiB
+    weights = model.params_b * 1e9 * catalog.precision("int4").weight_bytes / GiB  # 4-bit + group scales
     assert fit.fits and fit.weights_gib == pytest.approx(weights, abs=0.01)
     assert fit.kv_gib == pytest.approx(gpu.memory_gib * 0.9 - weights - ACTIVATION_RESERVE_GIB, abs=0.01)
     assert fit.max_resident_seqs == fit.kv_blocks // (4096 // BLOCK_SIZE) > 0
