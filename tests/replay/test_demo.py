@@ -18,7 +18,7 @@ import zstandard
 from slogate.cli import main as slogate
 from slogate.replay.results import load as load_results
 from slogate.traces.reader import read_trace
-from tests.replay.test_report import SECTIONS, chromium, console_errors, needs_chromium
+from tests.replay.test_report import SECTIONS, chromium, console_errors
 from tests.servers import REPO, SLOGATE
 
 DEMO = [*SLOGATE, "demo", "--no-progress", "--status-every", "2s"]
@@ -86,7 +86,6 @@ def test_prints_live_status_and_the_comparison(demo: tuple[Path, str, float]) ->
         assert re.search(rf"^{re.escape(row)}\s+\S", table, re.M), row
 
 
-@needs_chromium
 def test_demo_report_renders_in_chromium(demo: tuple[Path, str, float], tmp_path: Path) -> None:
     out, _, _ = demo
     dom = chromium("--dump-dom", (out / "report.html").as_uri(), tmp=tmp_path)
