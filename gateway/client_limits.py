@@ -12,18 +12,16 @@ import asyncio
 import contextlib
 import resource
 from collections.abc import Iterable
-from typing import Any
+from typing import Protocol
 
-from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-_BUSY = -1.0  # `_hdr_t` while a request's handler runs
-_REJECT = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 56\r\n"
+BUSY = -1.0  # `hdr_t` while a request's handler runs
+REJECT = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 56\r\n"
            b"Connection: close\r\nRetry-After: 1\r\n\r\n"
            b'{"error":"slogate: too many client connections; retry"}\n')
-assert len(_REJECT.rsplit(b"\r\n\r\n", 1)[1]) == 56
+assert len(REJECT.rsplit(b"\r\n\r\n", 1)[1]) == 56
 
 
 def connection_cap(configured: int) -> int:
@@ -42,7 +40,8 @@ class ClientLimits:
         self.header, self.body, self.min_rate, self.idle, self.cap = header, body, body_min_rate, idle, cap
         self.timeouts: dict[str, int] = {"header": 0, "body": 0, "idle": 0}
         self.shed: dict[str, int] = {"evicted_idle": 0, "rejected_503": 0}
-        self.conns: dict[LimitedHandler, None] = {}  # insertion order: oldest first
+        self.malformed = 0  # requests answered 400/431 because they could not be parsed
+        self.conns: dict[LimitedConn, None] = {}  # insertion order: oldest first
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -63,18 +62,18 @@ class ClientLimits:
 
     def sweep(self, now: float) -> None:
         for conn in list(self.conns):
-            phase = conn.overdue(now, self)
+            phase = overdue(conn, now, self)
             if phase is not None:
                 self.timeouts[phase] += 1
                 conn.drop()
 
-    def admit(self, conn: LimitedHandler) -> bool:
+    def admit(self, conn: LimitedConn) -> bool:
         """Room for `conn`: evict the oldest connection without a request in progress, or refuse."""
         if len(self.conns) < self.cap:
             self.conns[conn] = None
             return True
         for old in self.conns:
-            if old._hdr_t != _BUSY:
+            if not busy(old):
                 self.shed["evicted_idle"] += 1
                 old.drop()
                 self.conns[conn] = None
@@ -86,73 +85,35 @@ class ClientLimits:
         return _Collector(self)
 
 
-class LimitedHandler(RequestHandler):
-    """aiohttp's connection protocol plus the bookkeeping the sweep needs (bytes in, phase times)."""
+class LimitedConn(Protocol):
+    """What the sweep reads of a proxy connection (gateway.http_server.ClientConn)."""
 
-    limits: ClientLimits
+    hdr_t: float | None  # first byte of an incomplete head; BUSY while a handler runs
+    in_body: bool  # the head is in, the body is not
+    req_t: float  # when the head was complete
+    idle_t: float  # when the last response ended
+    bytes_in: int
+    bytes_at_req: int
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._bytes = self._bytes_at_req = 0
-        self._hdr_t: float | None = None  # first byte of a request header not yet complete; _BUSY: handling
-        self._idle_t = self._req_t = self._loop.time()
-        if not self.limits.admit(self):
-            self._manager = None  # never registered: connection_lost has nothing to undo
-            transport.write(_REJECT)  # type: ignore[attr-defined]
-            transport.close()
-            return
-        super().connection_made(transport)
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self.limits.conns.pop(self, None)
-        super().connection_lost(exc)
-
-    def data_received(self, data: bytes) -> None:
-        self._bytes += len(data)
-        if self._hdr_t is None:
-            self._hdr_t = self._loop.time()
-        super().data_received(data)
-
-    def begin(self) -> None:
-        self._hdr_t, self._req_t, self._bytes_at_req = _BUSY, self._loop.time(), self._bytes
-
-    def end(self) -> None:
-        self._hdr_t, self._idle_t = None, self._loop.time()
-
-    def overdue(self, now: float, lim: ClientLimits) -> str | None:
-        if self._hdr_t == _BUSY:
-            req = self._current_request
-            if req is None or req.content.is_eof():
-                return None  # the body is in; the upstream timeouts cover the response
-            allowed = lim.body + (self._bytes - self._bytes_at_req) / lim.min_rate
-            return "body" if now - self._req_t > allowed else None
-        if self._hdr_t is not None:
-            return "header" if now - self._hdr_t > lim.header else None
-        return "idle" if now - self._idle_t > lim.idle else None
-
-    def drop(self) -> None:
-        self.limits.conns.pop(self, None)
-        self.force_close()
+    def drop(self) -> None: ...
 
 
-class LimitedServer(web.Server):
-    """`web.Server` whose connections are `LimitedHandler`s and whose handler marks request phases."""
+def busy(conn: LimitedConn) -> bool:
+    """A request is in progress: its body is being read or its handler runs."""
+    return conn.in_body or conn.hdr_t == BUSY
 
-    def __init__(self, handler: Any, limits: ClientLimits, **kwargs: Any) -> None:
-        async def phased(request: web.BaseRequest) -> web.StreamResponse:
-            proto = request.protocol
-            proto.begin()  # type: ignore[union-attr]
-            try:
-                return await handler(request)
-            finally:
-                proto.end()  # type: ignore[union-attr]
 
-        # aiohttp's own keep-alive close stays as a backstop behind the sweep (which counts what it closes)
-        super().__init__(phased, keepalive_timeout=limits.idle + 2 * limits.header + 1, **kwargs)
-        self.limits = limits
-        self._handler_cls = type("Handler", (LimitedHandler,), {"limits": limits})
-
-    def __call__(self) -> RequestHandler:
-        return self._handler_cls(self, loop=self._loop, **self._kwargs)
+def overdue(conn: LimitedConn, now: float, lim: ClientLimits) -> str | None:
+    """The deadline `conn` missed ("header", "body", "idle"), or None."""
+    hdr_t = conn.hdr_t
+    if hdr_t == BUSY:
+        return None  # the request is in; the upstream timeouts cover the response
+    if conn.in_body:
+        allowed = lim.body + (conn.bytes_in - conn.bytes_at_req) / lim.min_rate
+        return "body" if now - conn.req_t > allowed else None
+    if hdr_t is not None:
+        return "header" if now - hdr_t > lim.header else None
+    return "idle" if now - conn.idle_t > lim.idle else None
 
 
 class _Collector(Collector):
@@ -171,10 +132,13 @@ class _Collector(Collector):
         for action, n in lim.shed.items():
             s.add_metric([action], n)
         yield s
+        yield CounterMetricFamily("slogate_client_requests_malformed",
+                                  "Client requests answered 400/431 because they were not valid HTTP/1.1.",
+                                  value=lim.malformed)
         open_ = GaugeMetricFamily("slogate_client_connections",
                                   "Open client connections on the proxy port: with a request in progress or waiting.",
                                   labels=["state"])
-        busy = sum(1 for c in lim.conns if c._hdr_t == _BUSY)
-        open_.add_metric(["busy"], busy)
-        open_.add_metric(["waiting"], len(lim.conns) - busy)
+        n_busy = sum(1 for c in lim.conns if busy(c))
+        open_.add_metric(["busy"], n_busy)
+        open_.add_metric(["waiting"], len(lim.conns) - n_busy)
         yield open_

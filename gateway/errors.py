@@ -9,8 +9,8 @@ what the trace says are one name. Never echoes request content, headers or upstr
 from __future__ import annotations
 
 import orjson
-from aiohttp import web
 
+from slogate.gateway.http_server import Reply
 from slogate.traces.record import ErrorClass
 
 # The error classes the gateway itself answers (record.error) -> (HTTP status, OpenAI error type, message).
@@ -41,13 +41,9 @@ def status_of(code: ErrorClass) -> int:
     return ERRORS[code][0]
 
 
-def json_error(code: ErrorClass, detail: str | None = None) -> web.Response:
+def json_error(code: ErrorClass, detail: str | None = None, *, close: bool = False) -> Reply:
     """The JSON error response sent when no byte of the upstream response was forwarded yet."""
-    return web.Response(
-        status=ERRORS[code][0],
-        body=orjson.dumps(_payload(code, detail)),
-        content_type="application/json",
-    )
+    return Reply(ERRORS[code][0], orjson.dumps(_payload(code, detail)), close=close)
 
 
 def sse_error(code: ErrorClass, detail: str | None = None, *, new_event: bool = True) -> bytes:

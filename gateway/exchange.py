@@ -14,12 +14,11 @@ import logging
 from time import perf_counter_ns
 from typing import Any, Protocol, cast
 
-from aiohttp import web
-
 from slogate.gateway import assemble
 from slogate.gateway.errors import json_error, status_of
 from slogate.gateway.failures import end_late
 from slogate.gateway.headers import forward_request_headers, forward_response_headers
+from slogate.gateway.http_server import ClientRequest
 from slogate.gateway.overhead import Overhead
 from slogate.gateway.recorder import Recorder
 from slogate.gateway.routing.health import HTTP_503, OTHER, outcome_of
@@ -70,14 +69,17 @@ class Exchange:
     """State of one relayed request (see the module docstring)."""
 
     __slots__ = (
-        "body", "conn", "info", "lease", "obs", "outcome", "overhead", "parsed", "relay", "request", "resp",
-        "route", "stream", "strip", "t0", "t_body", "tpot", "ttft", "upstream", "wd",
+        "body", "client", "conn", "info", "lease", "obs", "outcome", "overhead", "parsed", "relay", "request",
+        "route", "sse", "status", "stream", "strip", "t0", "t_body", "tpot", "ttft", "upstream", "wd",
     )
 
-    def __init__(self, relay: Shared, request: web.Request, route: RouteRequest, lease: Lease,
+    def __init__(self, relay: Shared, request: ClientRequest, route: RouteRequest, lease: Lease,
                  info: RequestInfo | None, parsed: Any, body: bytes, strip: bool, t0: int, t_body: int) -> None:
         self.relay = relay
         self.request = request
+        self.client = request.conn  # where the response goes
+        self.status = 0
+        self.sse = False  # the response is an event stream (an error after the head is an SSE event)
         self.route = route
         self.lease = lease  # the router's claim on the upstream (in-flight requests and tokens)
         self.upstream: Upstream = lease.upstream.target  # type: ignore[assignment]
@@ -91,23 +93,22 @@ class Exchange:
         self.t0 = t0
         self.t_body = t_body
         self.obs: StreamObserver | None = None
-        self.resp: web.StreamResponse | None = None  # set once the response head went to the client
         self.conn: UpstreamConn | None = None
         self.stream: Stream | None = None
         self.overhead = Overhead()
         self.wd: Watchdog | None = None
 
-    async def run(self) -> web.StreamResponse:
+    async def run(self) -> None:
         self.wd = wd = Watchdog(self.relay.deadlines, self.relay.limits, self.t0)
         active = self.relay.active
         active.add(wd)
         try:
-            return await self._attempts(wd)
+            await self._attempts(wd)
         except Exception:
-            if self.resp is not None:
-                raise  # the response is under way: aiohttp cuts the connection
+            if self.client.started:
+                raise  # the response is under way: the server cuts the connection
             log.exception("relaying a request failed")  # a bug: answered 500 and recorded
-            return self._fail_early("gateway_error", None)
+            self._fail_early("gateway_error", None)
         finally:
             active.discard(wd)
             wd.stop()
@@ -125,7 +126,7 @@ class Exchange:
                 conn.abort()
 
     # ------------------------------------------------------------------ attempts over upstreams
-    async def _attempts(self, wd: Watchdog) -> web.StreamResponse:
+    async def _attempts(self, wd: Watchdog) -> None:
         request = self.request
         headers = forward_request_headers(request.headers, injected=self.strip).items()
         overhead = self.overhead
@@ -149,7 +150,7 @@ class Exchange:
                 continue
             break
         wd.streaming(t_head)
-        return await self._respond(self.conn, head, wd)
+        await self._respond(self.conn, head, wd)
 
     def _retry(self, outcome: str) -> bool:
         """Before any byte reached the client: move to another upstream when the router allows it."""
@@ -162,11 +163,13 @@ class Exchange:
         return True
 
     # ------------------------------------------------------------------ the response
-    async def _respond(self, conn: UpstreamConn, head: Head, wd: Watchdog) -> web.StreamResponse:
+    async def _respond(self, conn: UpstreamConn, head: Head, wd: Watchdog) -> None:
         status = head.status
+        self.status = status
         headers = head.headers
         ok = 200 <= status < 300
-        is_sse = ok and headers.get("Content-Type", "").startswith("text/event-stream")
+        self.sse = headers.get("Content-Type", "").startswith("text/event-stream")
+        is_sse = ok and self.sse
         encoded = headers.get("Content-Encoding", "identity").lower() not in ("identity", "")
         strip = self.strip and is_sse and not encoded
         if self.info is not None:
@@ -175,17 +178,16 @@ class Exchange:
                 keep_chunk_times=True, n_inputs=self.info.n_inputs,  # ITL histogram (and trace chunk offsets)
             )
         length = head.length
-        if not is_sse and length is not None and length <= _SMALL_BODY and self.request.method != "HEAD":
+        head_only = self.request.method == "HEAD"
+        if not is_sse and length is not None and length <= _SMALL_BODY and not head_only:
             return await self._respond_small(conn, head, wd)
-        resp = web.StreamResponse(status=status, reason=head.reason,
-                                  headers=forward_response_headers(headers, drop_length=strip))
-        self.resp = resp
-        writer = await resp.prepare(self.request)
-        self.stream = Stream(conn, self.obs, self.lease, wd, self.overhead, self.request,
-                             bool(getattr(writer, "chunked", False)))
-        return await self._stream(self.stream, resp, wd, status)
+        keep_length = length is not None and not strip  # else chunked toward the client (HTTP/1.1)
+        self.client.start(status, head.reason, forward_response_headers(headers, drop_length=True).items(),
+                          length=length if keep_length else None)
+        self.stream = Stream(conn, self.obs, self.lease, wd, self.overhead, self.client, self._end_in_place)
+        await self._stream(self.stream, wd, status)
 
-    async def _respond_small(self, conn: UpstreamConn, head: Head, wd: Watchdog) -> web.StreamResponse:
+    async def _respond_small(self, conn: UpstreamConn, head: Head, wd: Watchdog) -> None:
         """A small non-streamed body: read whole, then relayed in one write."""
         pieces: list[bytes] = []
         overhead = self.overhead
@@ -201,45 +203,53 @@ class Exchange:
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         if self.obs is not None and data:
             self.obs.feed(data, t_end)
-        resp = web.Response(status=head.status, reason=head.reason, body=data,
-                            headers=forward_response_headers(head.headers, drop_length=True))
         self.record(t_end, head.status, None)
-        return resp
+        self.client.reply_raw(head.status, head.reason, forward_response_headers(head.headers, drop_length=True).items(),
+                              data)
 
-    async def _stream(self, stream: Stream, resp: web.StreamResponse, wd: Watchdog, status: int) -> web.StreamResponse:
+    def _end_in_place(self, data: bytes, t: int) -> None:
+        """The upstream body ended with this piece (called from the upstream read): record the request,
+        then write the piece, any held-back tail and the end of the response in one buffer."""
+        obs = self.obs
+        tail = obs.flush() if obs is not None else b""
+        if tail:
+            data += tail
+        if data:
+            assert self.stream is not None
+            self.stream.last_out = data
+        self.record(t, self.status, None)  # counted before the end: a client that saw it finds it in /metrics
+        self.client.end(data)
+
+    async def _stream(self, stream: Stream, wd: Watchdog, status: int) -> None:
+        client = self.client
         try:
-            await stream.pump(self.request.writer)
-            try:
-                obs = self.obs
-                if obs is not None:
-                    tail = obs.flush()
-                    if tail:
-                        stream.last_out = tail
-                        await resp.write(tail)
-                # Counted before the final chunk: a client that has seen the end finds it in /metrics.
-                self.record(stream.t_last, status, None)
-                await resp.write_eof()
-            except ConnectionResetError:
-                raise ClientGone from None
+            await stream.pump()
+            obs = self.obs
+            tail = obs.flush() if obs is not None else b""
+            if tail:
+                stream.last_out = tail
+            # Counted before the final chunk: a client that has seen the end finds it in /metrics.
+            self.record(stream.t_last, status, None)
+            if client.closing and not client.ended:
+                raise ClientGone
+            client.end(tail)
         except asyncio.CancelledError:
             if wd.fired is None:  # client went away (or hard shutdown): abort upstream, re-raise
                 self.record(stream.t_last, status, self._cancel_reason())
                 raise
             asyncio.current_task().uncancel()  # type: ignore[union-attr]
-            return await self._fail_late(resp, cast(ErrorClass, wd.fired), status)
+            return self._fail_late(cast(ErrorClass, wd.fired), status)
         except ClientGone:
             self.record(stream.t_last, status, "client_disconnect")
-            return resp
+            client.cut()
         except UpstreamError as exc:
-            return await self._fail_late(resp, upstream_error_class(exc), status)
-        self.record(stream.t_last, status, None)
-        return resp
+            return self._fail_late(upstream_error_class(exc), status)
 
     # ------------------------------------------------------------------ failures
     def _cancel_reason(self) -> ErrorClass:
         return "shutdown" if self.relay.stopping else "client_disconnect"
 
-    def _cancelled_early(self, wd: Watchdog) -> web.Response:
+    def _cancelled_early(self, wd: Watchdog) -> None:
         """Cancelled before anything reached the client: by the watchdog (a timeout, answered with a
         JSON error) or because the client left (recorded as 499, cancellation re-raised)."""
         self.overhead.wait_end()
@@ -247,29 +257,27 @@ class Exchange:
             self.record(None, 499, self._cancel_reason())
             raise  # the CancelledError being handled by the caller
         asyncio.current_task().uncancel()  # type: ignore[union-attr]
-        return self._fail_early(cast(ErrorClass, wd.fired), None)
+        self._fail_early(cast(ErrorClass, wd.fired), None)
 
-    def _fail_early(self, code: ErrorClass, detail: str | None) -> web.Response:
+    def _fail_early(self, code: ErrorClass, detail: str | None) -> None:
         """Nothing was sent to the client yet: an OpenAI-style JSON error."""
         self.record(None, status_of(code), code)
-        return json_error(code, detail)
+        self.client.reply(json_error(code, detail))
 
-    async def _fail_late(self, resp: web.StreamResponse, code: ErrorClass, status: int) -> web.StreamResponse:
+    def _fail_late(self, code: ErrorClass, status: int) -> None:
         """Headers (and maybe chunks) already went out: an SSE error event + [DONE], or a cut connection."""
         if self.conn is not None:
             self.conn.abort()
         stream = self.stream
         assert stream is not None
         self.record(stream.t_last, status, code)
-        await end_late(self.request, resp, code, sse=self.obs is not None and self.obs.stream,
-                       last_out=stream.last_out)
-        return resp
+        end_late(self.client, code, sse=self.sse, last_out=stream.last_out)
 
     # ------------------------------------------------------------------ record
     def record(self, t_last: int | None, status: int, error: ErrorClass | None) -> None:
         """Record the request once (later calls only keep the first health outcome)."""
         if self.outcome == OTHER:
-            self.outcome = outcome_of(status, error, started=self.resp is not None)
+            self.outcome = outcome_of(status, error, started=self.client.started)
         info = self.info
         if info is None:
             return

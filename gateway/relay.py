@@ -1,6 +1,6 @@
-"""Relay: the gateway's handler for every proxied path. Reads the request, admits it, hands it to an `Exchange`.
+"""Relay: the gateway's handler for every proxied path. Admits the request and hands it to an `Exchange`.
 
-Reads the body once, parses JSON once (orjson) for LLM endpoints only, asks the router for an
+Gets the whole body from the server (gateway.http_server), parses JSON once (orjson) for LLM endpoints only, asks the router for an
 upstream (waiting in the admission queue when limits are set) and records requests that never
 reached one (413, 429, the client left the queue). The exchange itself (attempts, streaming,
 failures, its record) is gateway.exchange. Never decodes JSON per chunk, never logs per request.
@@ -13,12 +13,12 @@ from time import perf_counter_ns
 from typing import Any
 
 import orjson
-from aiohttp import HttpVersion11, web
 
 from slogate.gateway import assemble
 from slogate.gateway.config import GatewayConfig
 from slogate.gateway.errors import json_error
 from slogate.gateway.exchange import Exchange
+from slogate.gateway.http_server import ClientRequest
 from slogate.gateway.recorder import Recorder
 from slogate.gateway.routing.admission import Rejected, parse_priority, rejection_response
 from slogate.gateway.routing.router import Router
@@ -30,15 +30,8 @@ from slogate.traces.request_info import MEASURED_ENDPOINTS, RequestInfo, request
 _USAGE_ENDPOINTS = frozenset({"/v1/chat/completions", "/v1/completions"})  # stream_options exists there
 
 
-async def _continue(request: web.Request) -> None:
-    """`Expect: 100-continue` (curl sends it for large bodies): tell the client to send the body."""
-    if request.headers["Expect"].lower() == "100-continue":
-        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        request.writer.output_size = 0
-
-
 class Relay:
-    """The aiohttp handler for every proxied path."""
+    """The handler for every proxied path."""
 
     def __init__(self, cfg: GatewayConfig, router: Router, recorder: Recorder, start_ns: int,
                  deadlines: Deadlines) -> None:
@@ -54,20 +47,14 @@ class Relay:
         self.stopping = False  # set on SIGTERM
         self.active: set[Watchdog] = set()  # one per request in flight (ended at the grace deadline)
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        t0 = perf_counter_ns()
+    async def handle(self, request: ClientRequest) -> None:
+        t0 = request.t0
         path = request.path
         measured = request.method == "POST" and path in MEASURED_ENDPOINTS
-        length = request.content_length
-        if length is not None and length > self.max_body:
-            return self._too_large(t0, path, measured, length)
-        if "Expect" in request.headers and request.version == HttpVersion11:
-            await _continue(request)
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._too_large(t0, path, measured, None)
-        t_body = perf_counter_ns()
+        if request.too_large is not None:
+            return self._too_large(request, t0, path, measured, request.too_large)
+        t_body = request.t_body
+        body = request.body
         parsed: Any = None
         info: RequestInfo | None = None
         send = body
@@ -88,12 +75,12 @@ class Relay:
             lease = await router.acquire(route)  # waits only when admission limits are set
         except Rejected as rejected:
             self._record_unsent(t0, info, 429, "rejected", rejected.pool, rejected.queue_s)  # why: in the body
-            return rejection_response(rejected)
+            return request.conn.reply(rejection_response(rejected))
         except asyncio.CancelledError:  # the client hung up while queued: record it, then unwind
             self._record_unsent(t0, info, 499, "shutdown" if self.stopping else "client_disconnect",
                                 route.pool, route.queue_s)
             raise
-        return await Exchange(self, request, route, lease, info, parsed, send, strip, t0, t_body).run()
+        await Exchange(self, request, route, lease, info, parsed, send, strip, t0, t_body).run()
 
     def _record_unsent(self, t0: int, info: RequestInfo | None, status: int, error: ErrorClass, pool: str | None,
                        queue_s: float | None) -> None:
@@ -111,13 +98,11 @@ class Relay:
             wd.expire(reason)
         return len(self.active)
 
-    def _too_large(self, t0: int, path: str, measured: bool, length: int | None) -> web.Response:
-        detail = f"limit {self.max_body} bytes" + (f", got {length}" if length is not None else "")
+    def _too_large(self, request: ClientRequest, t0: int, path: str, measured: bool, length: int) -> None:
+        detail = f"limit {self.max_body} bytes" + (f", got {length}" if length >= 0 else "")
         if measured:
             obs = StreamObserver(t0, stream=False, endpoint=path)
             record = obs.finish(perf_counter_ns(), status=413, error="request_too_large")
             record.t = (t0 - self.start_ns) * assemble.NS
             assemble.hand_off(self.recorder, record, None)
-        resp = json_error("request_too_large", detail)
-        resp.force_close()  # the unread body must not be parsed as the next request
-        return resp
+        request.conn.reply(json_error("request_too_large", detail, close=True))  # the body stays unread

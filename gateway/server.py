@@ -19,11 +19,10 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 import orjson
-from aiohttp import web
-from aiohttp.web_request import BaseRequest
 
+from slogate.gateway import http_server
 from slogate.gateway.capture import Capture, perf_epoch
-from slogate.gateway.client_limits import ClientLimits, LimitedServer, connection_cap
+from slogate.gateway.client_limits import ClientLimits, connection_cap
 from slogate.gateway.config import (
     GatewayConfig,
     known_models,
@@ -33,6 +32,7 @@ from slogate.gateway.config import (
     upstream_specs,
 )
 from slogate.gateway.headers import has_control_headers, without_control_headers
+from slogate.gateway.http_server import ClientConn, ClientRequest, Reply
 from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render, watch_loop_lag
 from slogate.gateway.recorder import Recorder, Sink
 from slogate.gateway.relay import Relay
@@ -45,7 +45,8 @@ from slogate.traces.fdtable import reserve_fds
 from slogate.traces.runtime import shorten_switch_interval
 
 log = logging.getLogger("slogate.gateway")
-Handler = Callable[[BaseRequest], Awaitable[web.StreamResponse]]
+Endpoint = Callable[[], Awaitable[Reply]]
+_NOT_FOUND = Reply(404, b'{"error":"not found"}')
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -81,7 +82,7 @@ class Gateway:
         self.relay = Relay(cfg, self.router, self.recorder, self.start_ns, self.deadlines)
         self.registry = make_registry(MetricsCollector(self.metrics, self._inflight, self.recorder.trace_counts))
         self.registry.register(self.router.collector())
-        self.admin: dict[str, Handler] = {
+        self.admin: dict[str, Endpoint] = {
             "/metrics": self.metrics_endpoint,
             "/slogate/status": self.status_endpoint,
             "/healthz": self.healthz,
@@ -93,10 +94,10 @@ class Gateway:
         return [(name, n_req, max(0, n_tok)) for name, n_req, n_tok in self.router.inflight()]
 
     # ------------------------------------------------------------------ admin endpoints
-    async def metrics_endpoint(self, request: BaseRequest) -> web.Response:
-        return web.Response(body=render(self.registry), headers={"Content-Type": METRICS_CONTENT_TYPE})
+    async def metrics_endpoint(self) -> Reply:
+        return Reply(200, render(self.registry), METRICS_CONTENT_TYPE)
 
-    async def status_endpoint(self, request: BaseRequest) -> web.Response:
+    async def status_endpoint(self) -> Reply:
         # Percentiles over up to 5 minutes of requests: computed in a thread on a copy, so a large
         # window never stalls the relay for long (the copy itself is a fast C-level list()).
         rows, now = list(self.status.rows), self.status.now()
@@ -110,39 +111,35 @@ class Gateway:
         written, dropped = self.recorder.trace_counts()
         snap["trace"] = {"enabled": self.capture is not None, "written": written, "dropped": dropped}
         snap["event_loop_lag_s"] = self.metrics.loop_lag
-        return web.Response(body=orjson.dumps(snap), content_type="application/json")
+        return Reply(200, orjson.dumps(snap))
 
-    async def healthz(self, request: BaseRequest) -> web.Response:
-        status, body = health_response(True)
-        return web.Response(status=status, body=body, content_type="application/json")
+    async def healthz(self) -> Reply:
+        return Reply(*health_response(True))
 
-    async def readyz(self, request: BaseRequest) -> web.Response:
-        status, body = health_response(any(u.ready for u in self.upstreams) and self.router.ready()
-                                       and self.status.answering(self.cfg.unready_after_errors))
-        return web.Response(status=status, body=body, content_type="application/json")
+    async def readyz(self) -> Reply:
+        return Reply(*health_response(any(u.ready for u in self.upstreams) and self.router.ready()
+                                      and self.status.answering(self.cfg.unready_after_errors)))
 
     # ------------------------------------------------------------------ request entry points
-    def proxy_handler(self, *, with_admin: bool) -> Handler:
+    def proxy_handler(self, *, with_admin: bool) -> http_server.Handler:
         admin = self.admin if with_admin else {"/healthz": self.healthz, "/readyz": self.readyz}
         relay = self.relay.handle
         trusted = trusted_networks(self.cfg.trust_header_from)
 
-        async def handle(request: BaseRequest) -> web.StreamResponse:
+        async def handle(request: ClientRequest) -> None:
             if request.method == "GET":
                 endpoint = admin.get(request.path)
                 if endpoint is not None:
-                    return await endpoint(request)
+                    return request.conn.reply(await endpoint())
             if has_control_headers(request.headers) and not _trusted(request.remote, trusted):
-                request = request.clone(headers=without_control_headers(request.headers))
-            return await relay(request)  # type: ignore[arg-type]
+                request.headers = without_control_headers(request.headers)
+            await relay(request)
 
         return handle
 
-    async def admin_handler(self, request: BaseRequest) -> web.StreamResponse:
-        endpoint = self.admin.get(request.path) if request.method == "GET" else None
-        if endpoint is None:
-            return web.Response(status=404, body=b'{"error":"not found"}', content_type="application/json")
-        return await endpoint(request)
+    async def admin_handler(self, request: ClientRequest) -> None:
+        endpoint = self.admin.get(request.path) if request.method in ("GET", "HEAD") else None
+        request.conn.reply(_NOT_FOUND if endpoint is None else await endpoint())
 
     # ------------------------------------------------------------------ lifecycle
     async def startup(self) -> None:
@@ -191,18 +188,6 @@ def _sinks(cfg: GatewayConfig, start_unix: float) -> list[Sink]:
     return sinks
 
 
-def _server(handler: Handler, cfg: GatewayConfig, limits: ClientLimits | None = None) -> web.Server:
-    loop = asyncio.get_running_loop()
-    max_size = cfg.max_body_bytes
-
-    def make_request(message, payload, protocol, writer, task):  # type: ignore[no-untyped-def]
-        return BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=max_size)
-
-    if limits is None:  # the admin port: few trusted clients
-        return web.Server(handler, request_factory=make_request, handler_cancellation=True, access_log=None)
-    return LimitedServer(handler, limits, request_factory=make_request, handler_cancellation=True, access_log=None)
-
-
 def client_limits(cfg: GatewayConfig) -> ClientLimits:
     c = cfg.client
     return ClientLimits(header=c.header_timeout, body=c.body_timeout, body_min_rate=c.body_min_rate,
@@ -249,22 +234,17 @@ async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None) -> Non
     limits.start()
     with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):  # log rotation
         loop.add_signal_handler(signal.SIGHUP, lambda: [sink.reopen() for sink in gateway.sinks])
-    runners: list[web.BaseRunner] = []
+    servers: list[tuple[asyncio.Server, set[ClientConn]]] = []
     grace: asyncio.TimerHandle | None = None
     try:
         host, port = parse_hostport(cfg.listen, key="listen")
-        # aiohttp's own drain wait outlasts ours: at `shutdown_grace` the relay ends what is left cleanly.
-        main = web.ServerRunner(_server(gateway.proxy_handler(with_admin=cfg.admin_listen is None), cfg, limits),
-                                shutdown_timeout=cfg.shutdown_grace + 5.0)
-        await main.setup()
-        runners.append(main)
-        await web.TCPSite(main, host, port, backlog=4096, reuse_address=True).start()
+        proxy = http_server.protocol_factory(gateway.proxy_handler(with_admin=cfg.admin_listen is None),
+                                             max_body=cfg.max_body_bytes, limits=limits)
+        servers.append((await http_server.start_server(proxy, host, port), proxy.registry))
         if cfg.admin_listen is not None:
             ahost, aport = parse_hostport(cfg.admin_listen, key="admin_listen")
-            admin = web.ServerRunner(_server(gateway.admin_handler, cfg), shutdown_timeout=1.0)
-            await admin.setup()
-            runners.append(admin)
-            await web.TCPSite(admin, ahost, aport, reuse_address=True).start()
+            admin = http_server.protocol_factory(gateway.admin_handler, max_body=cfg.max_body_bytes, limits=None)
+            servers.append((await http_server.start_server(admin, ahost, aport, backlog=128), admin.registry))
         ups = ", ".join(u.name for u in gateway.upstreams)
         where = f"admin on {cfg.admin_listen}" if cfg.admin_listen else f"admin on {cfg.listen}"
         trace = f"trace to {cfg.trace.dir}" if cfg.trace.dir else "no trace capture"
@@ -275,8 +255,10 @@ async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None) -> Non
                  cfg.shutdown_grace, len(gateway.relay.active))
         grace = loop.call_later(cfg.shutdown_grace, _end_remaining, gateway.relay)
     finally:
-        for runner in runners:  # proxy first (drains streams), admin last
-            await runner.cleanup()
+        for server, conns in servers:  # proxy first (drains streams), admin last
+            server.close()
+            # the relay ends what is left at `shutdown_grace`; this wait is the backstop behind it
+            await http_server.drain(conns, cfg.shutdown_grace + 5.0)
         if grace is not None:
             grace.cancel()
         await limits.stop()

@@ -1,17 +1,19 @@
 """Streaming one upstream response body to the client as it is decoded, with flow control.
 
 Push-based: the upstream connection calls `Stream.on_piece` from `data_received` for each decoded
-body piece; it feeds the observer and writes the piece (chunk-framed) straight to the client
-transport. When the client's buffer is above its high-water mark, upstream reading pauses until
-the client drained (`pump`). Never decodes JSON (the observer scans bytes), never allocates a task
-or closure per request or per chunk.
+body piece; it feeds the observer and writes the piece (chunk-framed, with the response head when it
+is the first) straight to the client connection. The piece that ends the body is written with the
+end of the response in one buffer. When the client's buffer is above its high-water mark, upstream
+reading pauses until the client drained (`pump`). Never decodes JSON (the observer scans bytes),
+never allocates a task or closure per request or per chunk.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from time import perf_counter_ns
-from typing import Any
 
+from slogate.gateway.http_server import ClientConn
 from slogate.gateway.overhead import Overhead
 from slogate.gateway.routing.upstreams import Lease
 from slogate.gateway.timeouts import Watchdog
@@ -26,19 +28,18 @@ class ClientGone(Exception):
 class Stream:
     """The relay of one response body: the sink the upstream connection pushes pieces into."""
 
-    __slots__ = ("chunked", "client_gone", "conn", "last_out", "lease", "obs", "overhead", "protocol", "seen",
-                 "t_last", "transport", "wd")
+    __slots__ = ("client", "client_gone", "conn", "end_with", "last_out", "lease", "obs", "overhead", "seen",
+                 "t_last", "wd")
 
     def __init__(self, conn: UpstreamConn, obs: StreamObserver | None, lease: Lease, wd: Watchdog,
-                 overhead: Overhead, request: Any, chunked: bool) -> None:
+                 overhead: Overhead, client: ClientConn, end_with: Callable[[bytes, int], None]) -> None:
         self.conn = conn
         self.obs = obs
         self.lease = lease  # drawn down as output arrives (the router's in-flight token estimate)
         self.wd = wd
         self.overhead = overhead
-        self.transport = request.transport
-        self.protocol = request.protocol
-        self.chunked = chunked  # the client response is chunk-framed
+        self.client = client
+        self.end_with = end_with  # the exchange's end of a body: record, then write the last piece + end
         self.client_gone = False
         self.last_out = b"\n\n"  # the last bytes forwarded (does an error event start on a fresh line?)
         self.seen = 0  # output chunks already drawn from the lease
@@ -54,24 +55,20 @@ class Stream:
             if n != self.seen:
                 self.lease.on_tokens(n - self.seen)  # draw down the in-flight token estimate
                 self.seen = n
-            if not data:
-                self.overhead.sink_ns += perf_counter_ns() - t
-                return
-        self.last_out = data
-        transport = self.transport
-        if transport is None or transport.is_closing():
+        client = self.client
+        if client.closing:
             self.client_gone = True
             self.conn.pause_reading()
-            return
-        if self.chunked:
-            transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # one buffer: one send
-        else:
-            transport.write(data)
-        if self.protocol.writing_paused:  # client buffer above its high-water mark: stop reading upstream
-            self.conn.pause_reading()
+        elif self.conn.body_done:
+            self.end_with(data, t)
+        elif data:
+            self.last_out = data
+            client.write(data)
+            if client.writing_paused:  # client buffer above its high-water mark: stop reading upstream
+                self.conn.pause_reading()
         self.overhead.sink_ns += perf_counter_ns() - t
 
-    async def pump(self, writer: Any) -> None:
+    async def pump(self) -> None:
         """Until the upstream body ended. Raises ClientGone, UpstreamError or CancelledError."""
         conn = self.conn
         overhead = self.overhead
@@ -85,7 +82,7 @@ class Stream:
             if done:
                 return
             try:
-                await writer.drain()  # the client catches up, then upstream reading resumes
+                await self.client.drain()  # the client catches up, then upstream reading resumes
             except ConnectionResetError:
                 raise ClientGone from None
             conn.resume_reading()

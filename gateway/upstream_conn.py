@@ -107,6 +107,11 @@ class UpstreamConn(asyncio.Protocol):
                 self.transport.resume_reading()
 
     @property
+    def body_done(self) -> bool:
+        """The body ended with the piece being delivered (checked by the sink)."""
+        return self._parser.done
+
+    @property
     def complete(self) -> bool:
         return self._phase == _DONE and self._error is None
 

@@ -12,7 +12,8 @@ import heapq
 import math
 
 import orjson
-from aiohttp import web
+
+from slogate.gateway.http_server import Reply
 
 
 class Rejected(Exception):
@@ -91,12 +92,11 @@ def parse_priority(value: str | None) -> int:
         return 0
 
 
-def rejection_response(rejected: Rejected) -> web.Response:
+def rejection_response(rejected: Rejected) -> Reply:
     """429 in OpenAI's error shape with `Retry-After`."""
     why = "the admission queue is full" if rejected.reason == "queue_full" else "timed out in the admission queue"
     body = {"error": {
         "message": f"all upstreams of pool {rejected.pool!r} are at their in-flight limit and {why}; "
                    f"retry after {rejected.retry_after_s}s",
         "type": "rate_limit_exceeded", "param": None, "code": rejected.reason}}
-    return web.Response(status=429, body=orjson.dumps(body), content_type="application/json",
-                        headers={"Retry-After": str(rejected.retry_after_s)})
+    return Reply(429, orjson.dumps(body), headers=(("Retry-After", str(rejected.retry_after_s)),))
