@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 import traceback
 
 import orjson
-from aiohttp.http_exceptions import HttpProcessingError
 
 
 class RedactFilter(logging.Filter):
@@ -34,30 +32,6 @@ class RedactFilter(logging.Filter):
         return True
 
 
-class MalformedRequestFilter(logging.Filter):
-    """aiohttp logs one ERROR with frames per malformed request: keep one line per `interval` with a count."""
-
-    def __init__(self, interval: float = 10.0) -> None:
-        super().__init__()
-        self.interval, self.next_t, self.count = interval, 0.0, 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        if not isinstance(exc, HttpProcessingError):
-            return True
-        self.count += 1
-        now = time.monotonic()
-        if now < self.next_t:
-            return False
-        n, self.count, self.next_t = self.count, 0, now + self.interval
-        record.name = "slogate.gateway"
-        record.levelno, record.levelname = logging.WARNING, "WARNING"
-        record.msg, record.args, record.exc_info, record.exc_text = (
-            "malformed client requests answered 400: %d since the last such line (%s); at most one line per %gs",
-            (n, type(exc).__name__, self.interval), None, None)
-        return True
-
-
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts (unix seconds), level, logger, msg (already redacted)."""
 
@@ -75,4 +49,3 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
     root.setLevel(level.upper())
     handler.addFilter(RedactFilter())  # on the handler: applies to records of every logger
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    logging.getLogger("aiohttp.server").addFilter(MalformedRequestFilter())
