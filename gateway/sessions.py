@@ -18,6 +18,7 @@ import msgspec
 
 from slogate.traces.anonymize import PrefixHasher
 from slogate.traces.record import RequestRecord, is_error
+from slogate.traces.session_merge import PREFIX_ID  # "p-<hash>": `slogate trace merge` may join these
 
 SOURCES = ("header", "user", "prefix")
 DEFAULT_WINDOW_S = 600.0
@@ -143,8 +144,8 @@ class SessionDeriver:
         return sess
 
     def _new_session(self, record: RequestRecord, end: float, parent: str | None) -> _Session:
-        sess = _Session(id=self._hasher.session(f"prefix\0{self._run}\0{next(self._ids)}"), turn=-1, end=end,
-                        failed=False)
+        name = PREFIX_ID + self._hasher.session(f"prefix\0{self._run}\0{next(self._ids)}")
+        sess = _Session(id=name, turn=-1, end=end, failed=False)
         record.session = sess.id
         record.turn = 0
         record.parent_session = parent
