@@ -36,6 +36,7 @@ examples:
   slogate trace convert in.jsonl.zst out.csv --to azure --azure-layout 2023
   slogate trace validate capture/slogate-20260101T000000Z-000000.jsonl.zst
   slogate trace head trace.jsonl.zst -n 5
+  slogate trace merge gw-a/ gw-b/ -o merged.jsonl.zst    # two gateways' captures, sessions made whole
 """
 
 
