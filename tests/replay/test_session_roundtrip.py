@@ -21,6 +21,7 @@ from slogate.traces.reader import read_trace
 from slogate.traces.record import RequestRecord
 from slogate.traces.stats import trace_stats
 from tests.realservers import start_gateway
+from tests.replay.conftest import reference_pacer
 from tests.simserver import start_sim
 
 SYSTEM = "You are a coding agent. Follow the repository's style guide and explain each change. " * 24
@@ -146,8 +147,12 @@ def test_http_replay_of_the_capture_sends_each_turn_think_after_the_answer(captu
     path, _ = capture
     captured = read_trace(path).records
     with start_sim(timing="constant", ttft_ms=30, itl_ms=3) as sim:
-        out = replay(_workload(path), ReplayOptions(target=sim.url, tokenizer="none"))
+        start_at = time.time() + 1.0
+        # a bare pacer process over the same second measures this shared machine's stalls meanwhile
+        with reference_pacer([k * 0.01 for k in range(100)], start_at) as ref:
+            out = replay(_workload(path), ReplayOptions(target=sim.url, tokenizer="none", start_at=start_at))
     assert _shape(out.records) == _shape(captured)
     gaps = [r.t - (prev.t + prev.e2e) - r.think for turns in _by_session(out.records).values()
             for prev, r in itertools.pairwise(turns)]
-    assert len(gaps) == len(captured) - 3 and max(abs(g) for g in gaps) < 0.005, gaps
+    bound = max(0.005, ref.max + 0.002)  # 5 ms, unless other jobs stalled even a bare pacer longer
+    assert len(gaps) == len(captured) - 3 and max(abs(g) for g in gaps) < bound, (gaps, ref.max)
