@@ -156,3 +156,18 @@ def test_http_replay_of_the_capture_sends_each_turn_think_after_the_answer(captu
             for prev, r in itertools.pairwise(turns)]
     bound = max(0.005, ref.max + 0.002)  # 5 ms, unless other jobs stalled even a bare pacer longer
     assert len(gaps) == len(captured) - 3 and max(abs(g) for g in gaps) < bound, (gaps, ref.max)
+
+
+def test_a_capture_of_one_shot_requests_replays_open_loop(tmp_path) -> None:
+    """Every captured request has a session (prefix derivation names one-turn sessions too); without a
+    second turn or a subagent anywhere the trace is not session-timed, so --concurrency still works."""
+    from slogate.traces.record import TraceHeader
+    from slogate.traces.segments import write_segment
+
+    path = tmp_path / "oneshot.jsonl.zst"
+    write_segment(path, TraceHeader(source="gateway"), [
+        RequestRecord(t=0.1 * i, input_tokens=50, output_tokens=5, e2e=0.05, session=f"p-{i:016x}", turn=0)
+        for i in range(5)])
+    workload = build_workload(parser().parse_args([str(path), "--target", SIM, "--concurrency", "2"]))[0]
+    assert not any(d.startswith("sessions=") for d in workload.description)
+    assert workload.concurrency == 2 and len(workload.requests) == 5
