@@ -137,10 +137,9 @@ class SessionDeriver:
         if not continues:  # a branch from an older turn: a child session (an agent's subagent, a retry tree)
             record.think = max(0.0, record.t - found.end)
             return self._new_session(record, end, parent=sess.id)
-        last_end = sess.end if found.turn == sess.turn else found.end
         record.session = sess.id
         record.turn = sess.turn + 1
-        record.think = max(0.0, record.t - last_end)
+        record.think = max(0.0, record.t - sess.end)  # from the latest turn (a retry: from the failure)
         return sess
 
     def _new_session(self, record: RequestRecord, end: float, parent: str | None) -> _Session:

@@ -70,6 +70,16 @@ def test_prefix_continuation_gives_turns_think_and_a_fork(tmp_path, monkeypatch)
     assert again.session not in (a0.session, b0.session, fork.session) and again.turn == 0
 
 
+def test_a_retry_of_a_failed_turn_continues_the_session(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SLOGATE_TRACE_SALT", "s")
+    failed = RequestRecord(t=1.5, e2e=0.5, status=503, error="upstream_status")
+    a0, bad, retry = _written(_capture(tmp_path), [(_rec(0.0, 1.0), _chat("q"), None),
+                                                  (failed, _chat("q", "a", "q2"), None),
+                                                  (_rec(2.25, 1.0), _chat("q", "a", "q2"), None)])
+    assert a0.session == bad.session == retry.session and [a0.turn, bad.turn, retry.turn] == [0, 1, 2]
+    assert retry.think == pytest.approx(0.25) and retry.parent_session is None
+
+
 def test_a_turn_sent_before_the_answer_ended_is_not_a_continuation(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SLOGATE_TRACE_SALT", "s")
     a0, early = _written(_capture(tmp_path), [(_rec(0.0, 2.0), _chat("q"), None),
