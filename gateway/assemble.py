@@ -8,6 +8,7 @@ per-chunk path, never raises into the relay (a failing recorder is logged, the r
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from slogate.gateway.recorder import Recorder
@@ -69,13 +70,19 @@ def unsent_record(info: RequestInfo, *, t0_ns: int, start_ns: int, t_end: int, s
     return record
 
 
-def hand_off(recorder: Recorder, record: RequestRecord, parsed: Any, traceparent: str | None = None) -> None:
+def hand_off(recorder: Recorder, record: RequestRecord, parsed: Any, headers: Mapping[str, str] | None = None) -> None:
     """To live metrics, the status window, the capture and the sinks; metrics must never break the relay.
-    An estimated prompt goes through the tokenizer queue first (gateway.tokens), when one is configured."""
+    An estimated prompt goes through the tokenizer queue first (gateway.tokens), when one is configured.
+    From the request `headers` only `traceparent` and the `--session-header` value are taken."""
     try:
+        traceparent = session = None
+        if headers is not None:
+            traceparent = headers.get("traceparent")
+            name = recorder.capture.session_header if recorder.capture is not None else None
+            session = headers.get(name) if name else None
         if recorder.tokens is not None and record.input_estimated and parsed is not None:
-            recorder.tokens.submit(record, parsed, lambda rec, body: recorder.finish(rec, body, traceparent))
+            recorder.tokens.submit(record, parsed, lambda rec, body: recorder.finish(rec, body, traceparent, session))
             return
-        recorder.finish(record, parsed, traceparent)
+        recorder.finish(record, parsed, traceparent, session)
     except Exception:
         log.exception("recording a request failed")

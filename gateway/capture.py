@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from slogate.gateway.config import GatewayConfig
+from slogate.gateway.sessions import SessionDeriver, key_of, parse_sources
 from slogate.traces.anonymize import PrefixHasher, SaltError, load_salt
 from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.request_info import prompt_bytes
@@ -35,6 +36,10 @@ class Capture:
             raise UsageError(f"gateway.trace.salt_file (--trace-salt-file): {exc}") from None
         hasher = PrefixHasher(salt)
         del salt
+        self.session_sources = parse_sources(trace.session_from)
+        self.session_header = trace.session_header if "header" in self.session_sources else None
+        sessions = SessionDeriver(hasher, sources=self.session_sources, window_s=trace.session_window,
+                                  run_id=f"{start_unix:.6f}") if self.session_sources else None
         header = TraceHeader(
             start_unix=start_unix,
             slos=dict(cfg.slos),
@@ -51,6 +56,7 @@ class Capture:
             ),
             header,
             hasher=hasher,
+            sessions=sessions,
         )
         self.sample = trace.sample
         self.keep_chunk_times = trace.chunk_times
@@ -59,7 +65,7 @@ class Capture:
         self.sampled_out = 0
         self.dropped_here = 0  # batch full (the writer's queue size bounds the batch too)
         self._limit = trace.queue_size
-        self._batch: list[tuple[RequestRecord, Any]] = []
+        self._batch: list[tuple[RequestRecord, Any, str | None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
 
@@ -71,21 +77,22 @@ class Capture:
             self._loop = None  # no loop (tests, tools): submit straight to the writer
         self.writer.start()
 
-    def submit(self, record: RequestRecord, body: Any) -> None:
-        """Queue one finished record (and the decoded request body, for hashing) for the writer."""
+    def submit(self, record: RequestRecord, body: Any, session_header: str | None = None) -> None:
+        """Queue one finished record for the writer, with the decoded request body (for hashing) and
+        the value of the `--session-header` header, if sent."""
         if self.sample < 1.0 and self._rng.random() >= self.sample:
             self.sampled_out += 1
             return
         if not self.keep_chunk_times:
             record.chunk_times = None
         if self._loop is None:
-            self._submit(record, body)
+            self._submit(record, body, session_header)
             return
         batch = self._batch
         if len(batch) >= self._limit:
             self.dropped_here += 1
             return
-        batch.append((record, body))
+        batch.append((record, body, session_header))
         if self._handle is None:
             self._handle = self._loop.call_later(BATCH_S, self.hand_over)
 
@@ -93,11 +100,12 @@ class Capture:
         """Give the pending batch to the writer thread (it drains the queue in one wake-up)."""
         self._handle = None
         batch, self._batch = self._batch, []
-        for record, body in batch:
-            self._submit(record, body)
+        for record, body, value in batch:
+            self._submit(record, body, value)
 
-    def _submit(self, record: RequestRecord, body: Any) -> None:
-        self.writer.submit(record, prompt=(lambda: prompt_bytes(body)) if isinstance(body, dict) else None)
+    def _submit(self, record: RequestRecord, body: Any, session_header: str | None) -> None:
+        self.writer.submit(record, prompt=(lambda: prompt_bytes(body)) if isinstance(body, dict) else None,
+                           session_key=key_of(body, session_header, self.session_sources))
 
     def counts(self) -> tuple[int, int]:
         """(written, dropped): dropped includes a full queue/batch and records lost to disk errors."""

@@ -111,6 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--trace-queue-size", type=int, metavar="N", help="writer queue; a full queue drops records")
     c.add_argument("--trace-chunk-times", action="store_true", default=None,
                    help="also store every chunk's time offset per request")
+    c.add_argument("--session-header", metavar="NAME",
+                   help="request header that names the session (stored only as a keyed hash)")
+    c.add_argument("--session-from", metavar="LIST",
+                   help="session sources by precedence: header, user (the OpenAI user field), prefix (a prompt "
+                   "that continues an earlier prompt), or off (default header,user,prefix)")
+    c.add_argument("--session-window", type=_duration, metavar="S",
+                   help="longest pause between a session's answer and its next turn (default 600)")
     r = p.add_argument_group("routing (several upstreams)")
     r.add_argument("--policy", choices=POLICIES, help="load-balancing policy (default least-tokens)")
     r.add_argument("--pool", metavar="RULE", action="append", dest="pools",
@@ -180,6 +187,9 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "trace.rotate_seconds": args.trace_rotate_seconds,
         "trace.queue_size": args.trace_queue_size,
         "trace.chunk_times": args.trace_chunk_times,
+        "trace.session_header": args.session_header,
+        "trace.session_from": args.session_from,
+        "trace.session_window": args.session_window,
         "routing.policy": args.policy,
         "routing.pools": args.pools,
         "routing.scrape_upstream_metrics": args.scrape_upstream_metrics,

@@ -51,6 +51,9 @@ class TraceConfig(msgspec.Struct, forbid_unknown_fields=True):
     rotate_seconds: float = 3600.0
     queue_size: int = 65536
     chunk_times: bool = False  # also store every chunk offset per request
+    session_header: str | None = None  # request header naming the session (hashed with the salt, never stored)
+    session_from: str = "header,user,prefix"  # session sources in order of precedence (gateway/sessions.py), or "off"
+    session_window: float = 600.0  # a turn may follow its session's previous answer by at most this long
 
 
 class TokensConfig(msgspec.Struct, forbid_unknown_fields=True):
@@ -123,6 +126,9 @@ _HINTS: dict[str, str] = {
     "trace.rotate_seconds": "a positive number of seconds",
     "trace.queue_size": "a positive integer",
     "trace.chunk_times": "true or false",
+    "trace.session_header": 'a header name, e.g. "X-Session-Id"',
+    "trace.session_from": 'a list of header, user, prefix (e.g. "header,prefix"), or "off"',
+    "trace.session_window": "a positive number of seconds",
     "routing.queue_timeout": "a positive number of seconds",
     "routing.scrape_interval": "a positive number of seconds",
     "routing.scrape_stale_after": "a positive number of seconds",
@@ -163,6 +169,9 @@ FLAGS: dict[str, str] = {
     "trace.rotate_bytes": "--trace-rotate-bytes",
     "trace.rotate_seconds": "--trace-rotate-seconds",
     "trace.queue_size": "--trace-queue-size",
+    "trace.session_header": "--session-header",
+    "trace.session_from": "--session-from",
+    "trace.session_window": "--session-window",
     "routing.queue_timeout": "--queue-timeout",
     "tokens.tokenizer": "--tokenizer",
     "tokens.template": "--chat-template",
@@ -241,6 +250,18 @@ def build_config(data: dict[str, Any]) -> GatewayConfig:
     return cfg
 
 
+def _check_sessions(trace: TraceConfig) -> None:
+    from slogate.gateway.sessions import parse_sources
+
+    try:
+        parse_sources(trace.session_from)
+    except ValueError:
+        raise _bad("trace.session_from", trace.session_from) from None
+    name = trace.session_header
+    if name is not None and (not name or any(c in name for c in " :\t\r\n") or not name.isascii()):
+        raise _bad("trace.session_header", name)
+
+
 def _coerce_durations(data: dict[str, Any]) -> dict[str, Any]:
     """Accept "50ms"/"2s" strings for duration keys."""
     out = merge(data, {})
@@ -293,6 +314,7 @@ def _check(cfg: GatewayConfig) -> None:
             raise _bad(f"trace.{key}", getattr(cfg.trace, key))
     if not 0.0 < cfg.trace.sample <= 1.0:
         raise _bad("trace.sample", cfg.trace.sample)
+    _check_sessions(cfg.trace)
     trusted_networks(cfg.trust_header_from)
     parse_hostport(cfg.listen, key="listen")
     if cfg.admin_listen is not None:

@@ -297,4 +297,4 @@ class Exchange:
         )
         if record.error is None:
             self.ttft, self.tpot = record.ttft, record.tpot
-        assemble.hand_off(relay.recorder, record, self.parsed, self.request.headers.get("traceparent"))
+        assemble.hand_off(relay.recorder, record, self.parsed, self.request.headers)

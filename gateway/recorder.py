@@ -48,7 +48,8 @@ class Recorder:
         self.start_ns = start_ns
         self.tokens: Any = None  # gateway.tokens.GatewayTokens when a tokenizer is configured
 
-    def finish(self, record: RequestRecord, body: Any, traceparent: str | None = None) -> None:
+    def finish(self, record: RequestRecord, body: Any, traceparent: str | None = None,
+               session_header: str | None = None) -> None:
         goods = tuple(is_good(record, slo) for slo in self.slos)
         chunk_times = record.chunk_times
         gaps = None
@@ -59,7 +60,7 @@ class Recorder:
         for sink in self.sinks:
             sink.submit(record, traceparent)
         if self.capture is not None:
-            self.capture.submit(record, body)
+            self.capture.submit(record, body, session_header)
         else:
             record.chunk_times = None
 

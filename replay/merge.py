@@ -3,7 +3,7 @@
 Records of every shard are put on one timeline (shards that did not share `--start-at` are
 shifted by their start times) and every figure is recomputed from them: percentiles of the
 merged records, never averages of shard percentiles. Drift is a maximum, so the shards' maximum
-is exact. Never sends a request.
+is exact; the sessions block is recomputed from the merged records. Never sends a request.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 
+from slogate.replay import sessions
 from slogate.replay.results import Results, load
 from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.slo import Slo, parse_slo
@@ -61,7 +62,9 @@ def merge_dirs(dirs: list[str | Path]) -> Merged:
     summary.warmup_requests = sum(r.summary.warmup_requests for r, _, _ in runs)
     _merge_interrupted(summary, [r.summary for r, _, _ in runs])
     header = msgspec.structs.replace(runs[0][1], start_unix=base)
-    return Merged(results=Results(environment=env, summary=summary, point=first.point), records=records, header=header)
+    results = Results(environment=env, summary=summary, point=first.point)
+    results.sessions = sessions.summarize(records)  # whole sessions per shard: recomputed from all records
+    return Merged(results=results, records=records, header=header)
 
 
 def _merge_drift(summary: RunSummary, shards: list[RunSummary]) -> None:

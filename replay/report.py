@@ -15,6 +15,7 @@ from pathlib import Path
 
 import msgspec
 
+from slogate.replay import report_sessions
 from slogate.replay import results as results_io
 from slogate.replay import sweep as sweep_io
 from slogate.replay.names import number_repeated_names
@@ -143,6 +144,7 @@ def build_html(data: ReportData, *, plots: bool = True) -> str:
         from slogate.replay import report_plots
 
         images = report_plots.draw_all(data, max_timelines=MAX_TIMELINES)
+        images.update(report_sessions.draw(data, max_runs=MAX_TIMELINES))
     elif plots:
         note = PLOTS_HINT
     else:

@@ -23,7 +23,16 @@ ON_ERROR = ("stop", "continue")
 
 
 def has_sessions(reqs: Sequence[PlannedRequest]) -> bool:
-    return any(r.session is not None for r in reqs)
+    """Some session has two turns or a subagent. A gateway capture of one-shot requests (each its own
+    one-turn session) has none, so it replays open-loop (and with --concurrency/--loop) as before."""
+    seen: set[str] = set()
+    for r in reqs:
+        if r.session is None:
+            continue
+        if r.parent_session is not None or r.session in seen:
+            return True
+        seen.add(r.session)
+    return False
 
 
 def parse_start(text: str) -> tuple[str, float]:

@@ -36,6 +36,18 @@ examples:
   slogate trace convert in.jsonl.zst out.csv --to azure --azure-layout 2023
   slogate trace validate capture/slogate-20260101T000000Z-000000.jsonl.zst
   slogate trace head trace.jsonl.zst -n 5
+  slogate trace merge gw-a/ gw-b/ -o merged.jsonl.zst    # two gateways' captures, sessions made whole
+"""
+
+
+MERGE_EPILOG = """\
+Each CAPTURE is one gateway's capture. Records go on one timeline (by each header's start time);
+keyed sessions (--session-header, user) already share their hash; a prefix-continuation session
+whose first turn extends a request of another capture is joined to that session. Turns are
+renumbered in arrival order and think times recomputed. All captures must share one salt.
+
+example:
+  slogate trace merge gw-a/ gw-b/ -o merged.jsonl.zst && slogate trace stats merged.jsonl.zst
 """
 
 
@@ -65,6 +77,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="fmt", metavar="FMT", help=fmt_help)
     p.add_argument("--to", dest="to", metavar="FMT", help="output format (slogate, mooncake, azure, csv, parquet); guessed from OUT's name (.csv means azure)")
     p.add_argument("--azure-layout", choices=("2023", "2024"), help="Azure CSV timestamp layout (default: as imported, else 2024)")
+    p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+
+    p = sub.add_parser("merge", help="merge gateway captures into one trace, sessions recomputed",
+                       epilog=MERGE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("captures", nargs="+", metavar="CAPTURE", help="capture directories or segment files, one per gateway")
+    p.add_argument("-o", "--out", required=True, metavar="OUT", help="the merged trace (one .jsonl.zst segment)")
+    p.add_argument("--session-window", type=float, default=600.0, metavar="S",
+                   help="longest pause between an answer and the next turn that continues it (default 600)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
 
     p = sub.add_parser("validate", help="check that trace files read cleanly and hold sane values",
@@ -295,4 +315,31 @@ def _head(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"stats": _stats, "convert": _convert, "validate": _validate, "head": _head}
+def _merge(args: argparse.Namespace) -> int:
+    from slogate.traces.session_merge import MergeError, merge_captures
+
+    _check_exists(args.captures)
+    if os.path.exists(args.out) and not args.force:
+        raise UsageError(f"{args.out} exists: choose another --out or pass --force to overwrite it")
+    if not args.session_window > 0:
+        raise UsageError(f"bad --session-window {args.session_window}: a positive number of seconds, e.g. 600")
+    captures = []
+    for path in args.captures:
+        fmt = formats.guess_format(path)
+        if fmt != "slogate":
+            raise UsageError(f"{path} is a {fmt} trace: trace merge takes slogate captures (convert it first)")
+        captures.append((path, *formats.load(path, "slogate")))
+    try:
+        merged = merge_captures(captures, window_s=args.session_window)
+    except MergeError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        n = formats.save(merged.records, args.out, "slogate", header=merged.header)
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.out}: {exc.strerror}") from None
+    print(f"wrote {n:,} records from {len(captures)} captures to {args.out}: {merged.sessions:,} sessions, "
+          f"{merged.joined:,} joined across captures")
+    return 0
+
+
+_COMMANDS = {"stats": _stats, "convert": _convert, "merge": _merge, "validate": _validate, "head": _head}

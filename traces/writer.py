@@ -11,7 +11,7 @@ compression all happen in the writer thread, so the caller's hot path does none 
 
 `prompt` is the prompt's bytes (byte blocks), its token ids (token blocks), or a zero-argument
 function returning either, called in the writer thread; the writer sets `record.hash_ids` from it
-(and `record.session` from `session_key`), so after `submit` the record belongs to the writer.
+(and `record.session` from `session_key`, or the session fields from the `sessions` hook), so after `submit` the record belongs to the writer.
 Every `flush_interval_s` the pending lines become one independently decodable zstd frame, so a
 crash (even kill -9) loses at most the last interval. Segments rotate by size and age; each new
 segment starts with the header (its `segment` field = the sequence number in the file name).
@@ -26,7 +26,9 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -67,12 +69,16 @@ class WriterStats(msgspec.Struct):
 
 _STOP = object()
 _Item = tuple[RequestRecord, Prompt | None, "str | bytes | None"]
+# Called in the writer thread after hashing with (record, prompt bytes or token ids or None, session key):
+# sets the record's session fields (gateway.sessions); without it a session key is simply hashed.
+SessionHook = Callable[[RequestRecord, Any, "str | bytes | None"], None]
 
 
 class TraceWriter:
     """Writes `RequestRecord`s to rotating zstd JSON-lines segments from a background thread."""
 
-    def __init__(self, config: WriterConfig, header: TraceHeader | None = None, *, hasher: PrefixHasher | None = None):
+    def __init__(self, config: WriterConfig, header: TraceHeader | None = None, *, hasher: PrefixHasher | None = None,
+                 sessions: SessionHook | None = None):
         header = header or TraceHeader(source="gateway")
         changes: dict[str, object] = {"slogate_version": header.slogate_version or __version__}
         if header.start_unix == 0.0:
@@ -82,6 +88,7 @@ class TraceWriter:
         self.header: TraceHeader = msgspec.structs.replace(header, **changes)
         self.config = config
         self._hasher = hasher
+        self._sessions = sessions
         self._queue: queue.Queue[object] = queue.Queue(maxsize=config.queue_size)
         self._thread = threading.Thread(target=self._run, name="slogate-trace-writer", daemon=True)
         self._closed = False
@@ -194,13 +201,20 @@ class TraceWriter:
     def _add(self, item: _Item) -> None:
         record, prompt, session_key = item
         if self._hasher is not None:
+            data = None
             try:
-                if prompt is not None:
-                    record.hash_ids = self._hasher(prompt)
-                if session_key is not None:
+                data = prompt() if callable(prompt) else prompt
+                if data is not None:
+                    record.hash_ids = self._hasher(data)
+                if session_key is not None and self._sessions is None:
                     record.session = self._hasher.session(session_key)
             except Exception as exc:  # a bad prompt callable must not stop the capture
                 self._error(f"hashing failed: {type(exc).__name__}")
+            if self._sessions is not None:
+                try:
+                    self._sessions(record, data, session_key)
+                except Exception as exc:  # nor a session bug: the record is written without its session
+                    self._error(f"session derivation failed: {type(exc).__name__}")
         try:
             encode_records((record,), self._buf)
         except Exception as exc:  # an unencodable record is lost, not fatal

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from slogate.replay.compare import better_direction, deltas, flatten, table_metrics
+from slogate.replay.report_sessions import sessions_html
 
 if TYPE_CHECKING:
     from slogate.replay.report_model import ReportData, RunData, SweepData
@@ -251,6 +252,7 @@ def _metrics(data: ReportData, images: dict[str, str | None], note: str | None) 
                  "requests sent and completed per second, in flight, TTFT/E2E p50 and p99 per bin and, when scraped, "
                  "the server's queue, running requests, KV-cache usage, preemptions and prefix hits. Rising in-flight "
                  "with flat completions means the target is saturated.</p>" + _timeline(data, images, note) + "</div>")
+    parts.append(sessions_html(data, images, note))  # replay.report_sessions; empty without sessions
     parts.append(_stability_block(data))
     parts.append("<details><summary>all summary metrics</summary>" + _summary(data, images, note) + "</details>")
     return "".join(parts)
