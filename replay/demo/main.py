@@ -31,7 +31,7 @@ from slogate.traces.usage import UsageError
 
 DEFAULT_SLO = "interactive:ttft=0.5,tpot=50ms"
 DEFAULT_PRICES = "a100-80g=1.8,h100-sxm=3,l40s=1.2"  # example USD per GPU-hour (on-demand cloud, 2025)
-DEFAULT_SWEEP = "0.5,1,1.5,2,3"
+DEFAULT_SWEEP = "0.25,0.5,1,1.5,2,3"
 DRAIN_S = 90.0  # how long the live replay may run past its schedule (streams still in flight)
 READY_S = 30.0
 
