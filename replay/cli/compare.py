@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sides = load_sides(args.sides, args.slo)
         known = list(dict.fromkeys(k for s in sides for k in flatten(s.results.summary)))
-        bounds = [parse_bound(text, known) for text in args.fail_if]
+        bounds = [parse_bound(text, known, repeats=args.repeat > 1) for text in args.fail_if]
     except CompareError as exc:
         raise UsageError(str(exc)) from None
     if args.resamples < 10:

@@ -59,8 +59,14 @@ def test_slower_setup_is_significant_beyond_the_repeat_noise(runs: dict[str, lis
     assert status == 1 and not data["checks"]["passed"]
     row = data["metrics"]["tpot_s.p50"]
     assert row["relative"][0] == pytest.approx(0.3, abs=0.06) and row["significant"] == [True]
-    # throughput metrics (no per-request bootstrap) get a CI from the repeats alone
+    # throughput metrics (no per-request bootstrap) get a CI from the repeats alone, so '!' works on them
     assert data["metrics"]["output_tokens_per_s"]["ci"][0] is not None
+    status, data = compare_json(capsys, "--repeat", "3", *runs["a"], *runs["b"], "--fail-if", "goodput_rps<-0%!",
+                                "--fail-if", "goodput_rps>+0%!")
+    assert status == 0 and data["checks"]["passed"]  # a noise-level goodput change breaks neither '!' bound
+    assert data["metrics"]["goodput_rps"]["significant"] == [False] and data["metrics"]["goodput_rps"]["relative"][0] > 0
+    assert slogate(["compare", "--repeat", "3", *runs["a"], *runs["b"], "--fail-if", "goodput_rps>+0%"]) == 1
+    capsys.readouterr()
 
 
 def test_plain_output_prints_the_noise(runs: dict[str, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
@@ -76,6 +82,8 @@ def test_bad_repeat_is_one_line_exit_2(runs: dict[str, list[str]], capsys: pytes
     assert "bad --repeat 2" in err and len(err.strip().splitlines()) == 1
     assert slogate(["compare", "--repeat", "3", *runs["a"]]) == 2
     assert "at least two sides" in capsys.readouterr().err
+    assert slogate(["compare", runs["a"][0], runs["b"][0], "--fail-if", "goodput_rps<-0%!"]) == 2
+    assert "or --repeat N for any metric" in capsys.readouterr().err
 
 
 def _side(name: str, ttft: float, n: int = 200) -> Side:
