@@ -225,8 +225,9 @@ def deltas(base: float | None, value: float | None) -> tuple[float | None, float
 # -- --fail-if ---------------------------------------------------------------------------------------
 
 
-def parse_bound(text: str, known: Sequence[str]) -> Bound:
-    """Parse one `--fail-if` expression; `known` are the metric paths available."""
+def parse_bound(text: str, known: Sequence[str], *, repeats: bool = False) -> Bound:
+    """Parse one `--fail-if` expression; `known` are the metric paths available. With `repeats`
+    (`compare --repeat N`: every metric has a CI from the repeats) '!' goes with any metric."""
     m = _FAIL_IF.match(text)
     if not m:
         raise CompareError(f"bad --fail-if {text!r}: expected {FAIL_IF_GRAMMAR}")
@@ -237,9 +238,10 @@ def parse_bound(text: str, known: Sequence[str]) -> Bound:
         raise CompareError(f"bad --fail-if {text!r}: unknown metric {metric!r}{hint}")
     value = float(m["num"]) * (-1.0 if sign == "-" else 1.0)
     sig = bool(m["sig"])
-    if sig and (metric.split(".")[0] not in PER_REQUEST or not (unit == "%" or sign)):
+    if sig and ((metric.split(".")[0] not in PER_REQUEST and not repeats) or not (unit == "%" or sign)):
         raise CompareError(f"bad --fail-if {text!r}: '!' (significance) needs a change ('+10%', '+20ms') of a "
-                           f"per-request latency ({', '.join(PER_REQUEST)}), e.g. 'ttft_s.p99>+10%!'")
+                           f"per-request latency ({', '.join(PER_REQUEST)}), e.g. 'ttft_s.p99>+10%!', or "
+                           "--repeat N for any metric")
     if unit == "%":
         return Bound(text=text, metric=metric, op=m["op"], value=value / 100.0, mode="relative", significant=sig)
     if unit in ("ms", "us", "s"):

@@ -2,8 +2,8 @@
 
 Fed with record batches by the orchestrator and redrawn from its loop (never from a thread, never
 on a sender's loop): rich every 0.5 s when stdout is a TTY; otherwise one plain line (rate, done,
-failed, lag, ETA) every `--progress-interval` for a Job's log. Off with `--quiet`; rich is imported
-only here, lazily.
+failed, lag, ETA) every `--progress-interval` for a Job's log; with `--stability` both end with the
+current window (replay.stability.LiveWindow). Off with `--quiet`; rich is imported only here, lazily.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ WINDOW = 2000  # recent requests in the running percentiles
 
 
 class Progress:
-    def __init__(self, total: int, schedule: Sequence[float], slo: Slo | None):
+    def __init__(self, total: int, schedule: Sequence[float], slo: Slo | None, window=None):  # type: ignore[no-untyped-def]
         self.total, self.schedule, self.slo = total, sorted(schedule), slo
+        self.window = window  # a replay.stability.LiveWindow (--stability) or None
         self.done = self.errors = self.good = 0
         self.ttft: collections.deque[float] = collections.deque(maxlen=WINDOW)
         self.tpot: collections.deque[float] = collections.deque(maxlen=WINDOW)
@@ -33,6 +34,8 @@ class Progress:
         self._live = None
 
     def add(self, records: Sequence[RequestRecord]) -> None:
+        if self.window is not None:
+            self.window.add(records)
         for r in records:
             self.done += 1
             if r.lag is not None:
@@ -59,7 +62,8 @@ class Progress:
         return (f"{self.done}/{self.total} done  {rate:.1f} req/s  in-flight {sent - self.done}  "
                 f"TTFT p50/p99 {pct(self.ttft, 50)}/{pct(self.ttft, 99)} ms  "
                 f"TPOT p50/p99 {pct(self.tpot, 50)}/{pct(self.tpot, 99)} ms  "
-                f"goodput {self.good / elapsed if elapsed else 0:.2f} req/s  errors {self.errors}")
+                f"goodput {self.good / elapsed if elapsed else 0:.2f} req/s  errors {self.errors}"
+                + (f"  {self.window.text()}" if self.window is not None else ""))
 
     def plain_line(self) -> str:
         """One log line for pipelines: done/total, rate, failed, schedule-lag p99, ETA."""
@@ -75,7 +79,8 @@ class Progress:
         lag = f"{percentile(sorted(self.lag), 99) * 1e3:.1f}ms" if self.lag else "-"
         pct = 100.0 * self.done / self.total if self.total else 100.0
         return (f"slogate replay: progress done={self.done}/{self.total} ({pct:.1f}%) rate={rate:.2f}req/s "
-                f"failed={self.errors} lag_p99={lag} elapsed={elapsed:.0f}s eta={eta}")
+                f"failed={self.errors} lag_p99={lag} elapsed={elapsed:.0f}s eta={eta}"
+                + (f" {self.window.text()}" if self.window is not None else ""))
 
     async def run_plain(self, start: float, interval: float) -> None:
         """A plain line on stderr every `interval` seconds, and one at the end (until cancelled)."""

@@ -105,10 +105,18 @@ def _read_records(run: RunData, path: Path) -> None:
 
 
 def _read_scraped(run: RunData, path: Path) -> None:
+    samples, note = read_samples(path)
+    run.scraped = samples
+    if note:
+        run.notes.append(note)
+
+
+def read_samples(path: Path) -> tuple[list[dict[str, float]], str | None]:
     """metrics.jsonl: one JSON object per sample with a time (`t`, seconds from the run start) and
-    numeric values, either top-level or under `metrics`/`values`. Non-numeric fields are ignored."""
+    numeric values, either top-level or under `metrics`/`values`. Non-numeric fields are ignored.
+    Returns the samples and a note when the file holds none (no file: no samples, no note)."""
     if not path.is_file():
-        return
+        return [], None
     samples: list[dict[str, float]] = []
     for line in path.read_bytes().splitlines():
         if not line.strip():
@@ -121,9 +129,7 @@ def _read_scraped(run: RunData, path: Path) -> None:
             sample = flatten_sample(obj)
             if sample is not None:
                 samples.append(sample)
-    run.scraped = samples
-    if not samples:
-        run.notes.append("metrics.jsonl holds no usable samples")
+    return samples, None if samples else "metrics.jsonl holds no usable samples"
 
 
 def plots_available() -> bool:

@@ -1,5 +1,5 @@
-"""The report's conclusions, written by rules from the numbers: capacity at the SLO with headroom (from
-a sweep), what binds (from the scraped server telemetry), cost per million good tokens, the stability
+"""The report's conclusions, written by rules from the numbers: capacity at the SLO with headroom, the
+operating point, the replicas for the busiest minute of the measured load and its cost (from a sweep), what binds (from the scraped server telemetry), cost per million good tokens, the stability
 verdict and where a run is not trustworthy. Each names the anchor of the figure it rests on.
 
 Pure functions of `replay.report_model.ReportData`; never reads files and never renders HTML.
@@ -7,7 +7,8 @@ Pure functions of `replay.report_model.ReportData`; never reads files and never 
 
 from __future__ import annotations
 
-from slogate.replay.report_model import Conclusion, ReportData, RunData, anchor
+from slogate.replay.plan.cost import replicas_for
+from slogate.replay.report_model import Conclusion, ReportData, RunData, anchor, load_profile
 
 HEADROOM = 0.9  # recommended load = this × the largest load that met the SLO
 KV_FULL = 0.9  # KV-cache usage at or above this fraction counts as "the KV cache is full"
@@ -38,13 +39,17 @@ def _capacity(data: ReportData) -> list[Conclusion]:
                                   if low is not None else f"{sw.name}: the sweep holds no points", fig, "warn", sw.name))
             continue
         rec = best.x * HEADROOM
+        operating = best.request_rate_rps * HEADROOM
         rps = f" ({best.request_rate_rps:.3g} req/s)" if s.mode != "rate" else ""
         knee = f"; the knee is at {s.mode} {s.knee:g}" if s.knee is not None else ""
-        out.append(Conclusion(
-            "capacity", f"{sw.name}: meets the SLO ({s.slo or 'attainment'} for ≥ {s.attainment_target:.0%} of "
-            f"requests) up to {s.mode} {best.x:g}{rps} of this trace; recommended ≤ {rec:.3g} "
-            f"({1 - HEADROOM:.0%} headroom){knee}", fig, "info", sw.name,
-            {"max_meeting_slo": best.x, "recommended": rec, "mode": s.mode, "request_rate_rps": best.request_rate_rps}))
+        values: dict[str, float | str | None] = {
+            "max_meeting_slo": best.x, "recommended": rec, "mode": s.mode, "request_rate_rps": best.request_rate_rps,
+            "operating_rps": operating, "knee": s.knee}
+        text = (f"{sw.name}: meets the SLO ({s.slo or 'attainment'} for ≥ {s.attainment_target:.0%} of "
+                f"requests) up to {s.mode} {best.x:g}{rps} of this trace; recommended ≤ {rec:.3g} "
+                f"({1 - HEADROOM:.0%} headroom: operating point {operating:.3g} req/s per replica){knee}")
+        text += _replicas(data, sw.path, operating, values) + _sweep_cost(data, sw.path, best.dir, values)
+        out.append(Conclusion("capacity", text, fig, "info", sw.name, values))
     if not data.sweeps and data.runs:
         r = data.runs[0]
         s = r.results.summary
@@ -54,6 +59,35 @@ def _capacity(data: ReportData) -> list[Conclusion]:
                               "throughput", "info", r.name,
                               {"request_rate_rps": s.request_rate_rps, "slo_attainment": s.slo_attainment}))
     return out
+
+
+def in_sweep(run: RunData, sweep_path: str) -> bool:
+    return run.path.startswith(sweep_path.rstrip("/") + "/")
+
+
+def _replicas(data: ReportData, sweep_path: str, operating_rps: float, values: dict[str, float | str | None]) -> str:
+    """Replicas for the busiest minute of the first measured run outside any sweep (the load to serve)."""
+    load = next((r for r in data.runs if r.records and not any(in_sweep(r, sw.path) for sw in data.sweeps)), None)
+    if load is None:
+        return ""
+    peak = load_profile(load.records).peak_minute_rps
+    replicas = replicas_for(peak or 0.0, operating_rps)
+    if peak is None or replicas is None:
+        return ""
+    values.update(replicas=float(replicas), peak_rps=peak, load_run=load.name)
+    return (f"; {replicas} replica{'s' if replicas > 1 else ''} serve the busiest minute of {load.name}'s load "
+            f"({peak:.3g} req/s) at that operating point")
+
+
+def _sweep_cost(data: ReportData, sweep_path: str, point_dir: str, values: dict[str, float | str | None]) -> str:
+    """The cost per million good tokens at the largest point meeting the SLO (when the sweep was priced)."""
+    target = sweep_path.rstrip("/") + "/" + point_dir
+    run = next((r for r in data.runs if r.path.rstrip("/") == target), None)
+    good = run.results.summary.goodput_cost_per_million_output_tokens if run else None
+    if run is None or good is None or run.results.summary.cost_per_hour_usd is None:
+        return ""
+    values.update(goodput_cost_per_million_output_tokens=good, cost_per_hour_usd=run.results.summary.cost_per_hour_usd)
+    return f"; there, ${good:.3g} per million good output tokens at ${run.results.summary.cost_per_hour_usd:g}/hour"
 
 
 def telemetry_peaks(run: RunData) -> dict[str, float]:
@@ -139,8 +173,8 @@ def _cost(data: ReportData) -> list[Conclusion]:
     out = []
     for r in data.runs:
         s = r.results.summary
-        if s.cost_per_hour_usd is None:
-            continue
+        if s.cost_per_hour_usd is None or any(in_sweep(r, sw.path) for sw in data.sweeps):
+            continue  # a sweep's cost is stated at its capacity point (_capacity)
         good = s.goodput_cost_per_million_output_tokens
         text = (f"{r.name}: ${good:.4g} per million good output tokens" if good is not None
                 else f"{r.name}: no good tokens, so no cost per good token")

@@ -218,7 +218,8 @@ def _scraped_panel(ax, samples: Sequence[dict[str, float]]) -> None:  # type: ig
     rates: never above 1) on a right axis from 0 to 1."""
     right = None
     right_colors = iter(("tab:gray", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"))
-    for name, pts in list(scraped_series(samples).items())[:10]:
+    series = {k: v for k, v in scraped_series(samples).items() if k != "resident_memory_bytes"}  # bytes: no common axis
+    for name, pts in list(series.items())[:10]:
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         if max(ys) <= 1.0 and ("usage" in name or "rate" in name):
             right = right or ax.twinx()

@@ -64,6 +64,7 @@ class ReplayOptions(msgspec.Struct, kw_only=True):
     shard: str | None = None
     progress: bool = False
     progress_interval_s: float | None = None  # plain stderr lines this often instead of rich (not a TTY)
+    stability_window_s: float | None = None  # --stability: the progress lines show the current window
     command: list[str] = []
     trace: str | None = None
     trace_digest: str | None = None
@@ -188,8 +189,11 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
     progress = None
     if options.progress:
         from slogate.replay.progress import Progress
+        from slogate.replay.stability import LiveWindow
 
-        progress = Progress(len(workload.requests), [r.t for r in workload.requests], options.slos[0] if options.slos else None)
+        window = LiveWindow(options.stability_window_s) if options.stability_window_s else None
+        progress = Progress(len(workload.requests), [r.t for r in workload.requests], options.slos[0] if options.slos else None,
+                            window)
 
     def on_items(batch: list[Item]) -> None:
         items.extend(batch)

@@ -4,7 +4,9 @@ percentile (and mean) between two sets of per-request records, resampling each s
 Pure functions of records: percentiles are `traces.metrics.percentile`'s definition (linear
 interpolation, numpy's default) over the same per-request values `traces.summary.summarize` uses
 (successful requests). With numpy installed (the `report` extra brings it) the resampling is
-vectorized (its own seeded generator); without it, pure Python. Never reads files, never prints.
+vectorized (its own seeded generator); without it, pure Python. With repeated runs per side
+(`compare --repeat N`): the run-to-run noise, each metric's spread over the repeats and a Welch
+interval of the change. Never reads files, never prints.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+
+import msgspec
 
 from slogate.traces.metrics import PERCENTILES, percentile
 from slogate.traces.record import RequestRecord, effective_e2e, is_error
@@ -94,3 +98,65 @@ def significant(interval: tuple[float, float] | None) -> bool | None:
         return None
     low, high = interval
     return low > 0 or high < 0
+
+
+# -- run-to-run noise from repeated runs (`compare --repeat N`) ---------------------------------------
+
+# two-sided Student t quantiles at 95 % (df 1…30; beyond, the normal's 1.96 is within 2 %)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def t975(df: float) -> float:
+    """The 97.5 % Student t quantile (a 95 % two-sided interval) for `df` ≥ 1 degrees of freedom."""
+    if df >= len(_T975):
+        return 1.96 + 2.4 / df  # within 0.5 % of the exact quantile from df 30 on
+    lo = max(int(df), 1)
+    frac = df - lo
+    hi = min(lo + 1, len(_T975))
+    return _T975[lo - 1] + frac * (_T975[hi - 1] - _T975[lo - 1])
+
+
+class Spread(msgspec.Struct):
+    """One metric over N repeated runs of one side: the run-to-run noise."""
+
+    n: int
+    mean: float
+    sd: float  # sample standard deviation (n − 1)
+    cv: float | None  # sd / |mean|; None for a zero mean
+    low: float  # the smallest and largest repeat
+    high: float
+
+
+def spread(vals: Sequence[float]) -> Spread | None:
+    """The spread of one metric over repeats (None with fewer than 2 values)."""
+    if len(vals) < 2:
+        return None
+    n = len(vals)
+    mean = math.fsum(vals) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in vals) / (n - 1))
+    return Spread(n=n, mean=mean, sd=sd, cv=sd / abs(mean) if mean else None, low=min(vals), high=max(vals))
+
+
+def repeat_interval(base: Sequence[float], cand: Sequence[float]) -> tuple[float, float] | None:
+    """The 95 % Welch interval of mean(cand) − mean(base) from each side's repeated runs: the change that
+    run-to-run noise alone would not produce. None unless both sides have ≥ 2 repeats."""
+    a, b = spread(base), spread(cand)
+    if a is None or b is None:
+        return None
+    va, vb = a.sd ** 2 / a.n, b.sd ** 2 / b.n
+    diff = b.mean - a.mean
+    if va + vb == 0:
+        return diff, diff
+    df = (va + vb) ** 2 / ((va ** 2 / (a.n - 1) if va else 0.0) + (vb ** 2 / (b.n - 1) if vb else 0.0))
+    half = t975(df) * math.sqrt(va + vb)
+    return diff - half, diff + half
+
+
+def widest(*intervals: tuple[float, float] | None) -> tuple[float, float] | None:
+    """The hull of the intervals given: a change is real only when it exceeds every kind of noise."""
+    present = [i for i in intervals if i is not None]
+    if not present:
+        return None
+    return min(i[0] for i in present), max(i[1] for i in present)

@@ -1,24 +1,32 @@
 """Long-run stability of one run: per-window throughput, goodput, p99 TTFT and error rate (each window
-summarized by `traces.summary.summarize`, the one summary), their coefficient of variation, their
-trend (least-squares slope, relative to the mean, per hour) and a one-line verdict against thresholds.
+summarized by `traces.summary.summarize`, the one summary) and, from the engine metrics scraped
+during the run, KV-cache usage and server memory; their coefficient of variation, their trend
+(least-squares slope per hour) and a one-line verdict against thresholds. `LiveWindow` is the current
+window for the progress lines while the run goes on.
 
-Pure functions of records; never reads or writes files (replay.cli.replay writes stability.json).
+Pure functions of records and scraped samples; never reads or writes files (replay.cli.replay
+writes stability.json).
 """
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Sequence
 
 import msgspec
 
-from slogate.traces.record import RequestRecord
+from slogate.traces.metrics import percentile
+from slogate.traces.record import RequestRecord, is_error
 from slogate.traces.slo import Slo
 from slogate.traces.summary import Window, finished_at, offered_window, summarize
 
 DEFAULT_CV = 0.05  # --stability-cv: largest throughput/goodput variation (and change over the run) called stable
 LATENCY_DRIFT = 0.20  # largest p99 TTFT change over the whole run called stable (fraction of its mean)
 ERROR_RATE_RISE = 0.01  # largest error-rate change over the run (absolute fraction of requests) called stable
+KV_GROWTH = 0.10  # largest KV-cache usage change over the run (fraction of the cache) called stable
+MEMORY_GROWTH = 0.05  # largest server memory change over the run (fraction of its mean) called stable
+KV_METRIC, MEMORY_METRIC = "kv_cache_usage", "resident_memory_bytes"  # scraped sample keys (traces.engine_metrics)
 
 
 class StabilityWindow(msgspec.Struct):
@@ -28,6 +36,8 @@ class StabilityWindow(msgspec.Struct):
     goodput_rps: float
     ttft_p99_s: float | None
     error_rate: float | None  # failed / arrivals
+    kv_cache_usage: float | None = None  # mean of the scraped samples in the window (fraction of the cache)
+    resident_memory_bytes: float | None = None  # mean of the scraped server memory samples in the window
 
 
 class Trend(msgspec.Struct):
@@ -51,6 +61,8 @@ class Stability(msgspec.Struct):
     stable: bool
     verdict: str
     reasons: list[str] = []
+    kv_cache_usage: Trend | None = None  # absolute (fraction of the cache); None: no KV usage was scraped
+    resident_memory: Trend | None = None  # relative; None: no server memory was scraped
 
 
 def _trend(xs: Sequence[float], ys: Sequence[float | None], *, relative: bool = True) -> Trend:
@@ -71,9 +83,15 @@ def _trend(xs: Sequence[float], ys: Sequence[float | None], *, relative: bool = 
     return Trend(mean=my, cv=sd / my if my > 0 else None, slope_per_h=slope * 3600, change=slope * span)
 
 
+def _sample_mean(samples: Sequence[dict[str, float]], key: str, start: float, end: float) -> float | None:
+    vals = [s[key] for s in samples if key in s and start <= s.get("t", -1.0) < end]
+    return math.fsum(vals) / len(vals) if vals else None
+
+
 def stability(records: Sequence[RequestRecord], window_s: float, *, slos: Sequence[Slo] = (),
-              cv_threshold: float = DEFAULT_CV) -> Stability:
-    """Cut the offered window into `window_s` windows (a partial last window is dropped) and judge them."""
+              cv_threshold: float = DEFAULT_CV, samples: Sequence[dict[str, float]] = ()) -> Stability:
+    """Cut the offered window into `window_s` windows (a partial last window is dropped) and judge them.
+    `samples` are the scraped engine metrics (metrics.jsonl lines: `t` on the records' time base)."""
     recs = sorted(records, key=lambda r: r.t)
     whole = offered_window(recs)
     n_windows = int(whole.length // window_s) if window_s > 0 else 0
@@ -89,17 +107,35 @@ def stability(records: Sequence[RequestRecord], window_s: float, *, slos: Sequen
             start_s=w.start - whole.start, requests=len(arrivals), output_tokens_per_s=rates.output_tokens_per_s,
             goodput_rps=_goodput_of_arrivals(lat, len(arrivals), window_s) if slos else rates.request_rate_rps,
             ttft_p99_s=lat.ttft_s.p99 if lat else None,
-            error_rate=(lat.failed / len(arrivals)) if lat and arrivals else None))
+            error_rate=(lat.failed / len(arrivals)) if lat and arrivals else None,
+            kv_cache_usage=_sample_mean(samples, KV_METRIC, w.start, w.end),
+            resident_memory_bytes=_sample_mean(samples, MEMORY_METRIC, w.start, w.end)))
     xs = [w.start_s + window_s / 2 for w in windows]
     thr = _trend(xs, [w.output_tokens_per_s for w in windows])
     good = _trend(xs, [w.goodput_rps for w in windows])
     p99 = _trend(xs, [w.ttft_p99_s for w in windows])
     err = _trend(xs, [w.error_rate for w in windows], relative=False)
-    reasons = _reasons(thr, good, p99, err, cv_threshold, len(windows))
+    kv = _trend(xs, [w.kv_cache_usage for w in windows], relative=False)
+    mem = _trend(xs, [w.resident_memory_bytes for w in windows])
+    kv_t = kv if kv.mean is not None else None
+    mem_t = mem if mem.mean is not None else None
+    reasons = _reasons(thr, good, p99, err, cv_threshold, len(windows)) + _server_reasons(kv_t, mem_t, len(windows))
     span = n_windows * window_s
+    verdict = _verdict(thr, good, p99, err, span, reasons, len(windows), kv_t, mem_t)
     return Stability(window_s=window_s, span_s=span, windows=windows, throughput=thr, goodput=good, ttft_p99=p99,
                      error_rate=err, cv_threshold=cv_threshold, stable=not reasons and len(windows) >= 3,
-                     verdict=_verdict(thr, good, p99, err, span, reasons, len(windows)), reasons=reasons)
+                     verdict=verdict, reasons=reasons, kv_cache_usage=kv_t, resident_memory=mem_t)
+
+
+def _server_reasons(kv: Trend | None, mem: Trend | None, n: int) -> list[str]:
+    if n < 3:
+        return []
+    out = []
+    if kv is not None and kv.change is not None and kv.change > KV_GROWTH:
+        out.append(f"KV-cache usage grew {kv.change * 100:+.1f} points over the run (> {KV_GROWTH * 100:g})")
+    if mem is not None and mem.change is not None and mem.change > MEMORY_GROWTH:
+        out.append(f"server memory grew {mem.change:+.1%} over the run (> {MEMORY_GROWTH:.0%})")
+    return out
 
 
 def _goodput_of_arrivals(lat, arrivals: int, window_s: float) -> float:  # type: ignore[no-untyped-def]
@@ -133,10 +169,15 @@ def _span(s: float) -> str:
     return f"{s / 3600:.3g} h" if s >= 3600 else f"{s / 60:.3g} min" if s >= 120 else f"{s:.3g} s"
 
 
-def _verdict(thr: Trend, good: Trend, p99: Trend, err: Trend, span: float, reasons: list[str], n: int) -> str:
+def _verdict(thr: Trend, good: Trend, p99: Trend, err: Trend, span: float, reasons: list[str], n: int,
+             kv: Trend | None = None, mem: Trend | None = None) -> str:
     facts = (f"throughput varied {(thr.cv or 0) * 100:.1f} % over {_span(span)} ({n} windows), trend "
              f"{_pct(thr.slope_per_h)}/h; goodput trend {_pct(good.slope_per_h)}/h; p99 TTFT {_pct(p99.slope_per_h)}/h"
              f" ({_pct(p99.change)} over the run); error rate {_pct(err.change)} over the run")
+    if kv is not None:
+        facts += f"; KV-cache usage {(kv.change or 0) * 100:+.1f} points over the run (mean {kv.mean:.0%})"
+    if mem is not None:
+        facts += f"; server memory {_pct(mem.change)} over the run"
     head = "STABLE" if not reasons else "UNSTABLE"
     return f"{head}: {facts}" + ("" if not reasons else "; " + "; ".join(reasons))
 
@@ -162,3 +203,51 @@ def parse_window(text: str, what: str = "--stability") -> float:
     if not value > 0 or math.isinf(value):
         raise ValueError(f"bad {what} {text!r}: expected a window length like '1m', '30s' or '1h'")
     return value
+
+
+class LiveWindow:
+    """The current `--stability` window while a run goes on (the progress lines): output tokens/s, p99
+    TTFT and p50 TPOT of the requests that finished in the last `window_s` (on the records' clock:
+    arrival + lag + e2e) and each one's change against the first full window of the run."""
+
+    def __init__(self, window_s: float):
+        self.window_s = window_s
+        self.recent: collections.deque[tuple[float, int, float | None, float | None]] = collections.deque()
+        self.latest = 0.0
+        self.first: tuple[float, float | None, float | None] | None = None
+
+    def add(self, records: Sequence[RequestRecord]) -> None:
+        for r in records:
+            end = finished_at(r)
+            ok = not is_error(r)
+            self.recent.append((end, r.output_tokens or 0, r.ttft if ok else None, r.tpot if ok else None))
+            self.latest = max(self.latest, end)
+        cut = self.latest - self.window_s
+        while self.recent and self.recent[0][0] < cut:
+            self.recent.popleft()
+        if self.first is None and self.latest >= self.window_s:
+            self.first = self.current()
+
+    def current(self) -> tuple[float, float | None, float | None]:
+        """(output tokens/s, p99 TTFT, p50 TPOT) of the last window."""
+        inside = [e for e in self.recent if e[0] >= self.latest - self.window_s]
+        ttft = sorted(e[2] for e in inside if e[2] is not None)
+        tpot = sorted(e[3] for e in inside if e[3] is not None)
+        return (sum(e[1] for e in inside) / self.window_s, percentile(ttft, 99) if ttft else None,
+                percentile(tpot, 50) if tpot else None)
+
+    def text(self) -> str:
+        """`window 1m: 812 tok/s (+2.1 %), TTFT p99 420 ms (+35.0 %), TPOT p50 21 ms (+0.5 %)`; the
+        changes are against the first full window (none yet: no change shown)."""
+        now = self.current()
+        first = self.first
+
+        def change(i: int) -> str:
+            a, b = (first[i] if first else None), now[i]
+            return "" if a is None or b is None or a == 0 else f" ({(b - a) / a * 100:+.1f} %)"
+
+        def ms(x: float | None) -> str:
+            return "-" if x is None else f"{x * 1e3:.0f} ms"
+
+        return (f"window {_span(self.window_s)}: {now[0]:.0f} tok/s{change(0)}, TTFT p99 {ms(now[1])}{change(1)}, "
+                f"TPOT p50 {ms(now[2])}{change(2)}")

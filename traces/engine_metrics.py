@@ -19,6 +19,7 @@ PREEMPTIONS_TOTAL = ("vllm:num_preemptions_total", "vllm:num_preemptions")
 PREFIX_CACHE_QUERIES_TOTAL = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
 PREFIX_CACHE_HITS_TOTAL = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 PREFIX_CACHE_HIT_RATE = ("sglang:cache_hit_rate",)  # a fraction 0..1
+RESIDENT_MEMORY_BYTES = ("process_resident_memory_bytes",)  # the server process (prometheus_client's collector)
 
 ENGINE_METRICS: dict[str, tuple[str, ...]] = {
     "running": RUNNING,
@@ -28,6 +29,7 @@ ENGINE_METRICS: dict[str, tuple[str, ...]] = {
     "prefix_cache_queries_total": PREFIX_CACHE_QUERIES_TOTAL,
     "prefix_cache_hits_total": PREFIX_CACHE_HITS_TOTAL,
     "prefix_cache_hit_rate": PREFIX_CACHE_HIT_RATE,
+    "resident_memory_bytes": RESIDENT_MEMORY_BYTES,
 }
 # Ideas whose value is a fraction: several engines (label sets) combine with `combine_usage`;
 # every other idea is a count and its label sets are summed.

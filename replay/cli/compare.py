@@ -1,6 +1,7 @@
 """`slogate compare A B [C …]`: side-by-side summary metrics with deltas vs the first side (latency
 deltas with a seeded bootstrap CI; `*` marks a change beyond it), and `--fail-if` bounds for CI
-(exit 1 when one is broken). Rich table on a TTY, plain text otherwise.
+(exit 1 when one is broken); `--repeat N` reads N repeated runs per side and counts their run-to-run
+noise in every CI (replay.repeats). Rich table on a TTY, plain text otherwise.
 
 Only parses arguments and prints; the comparison itself lives in replay.compare. Never writes files.
 """
@@ -32,6 +33,7 @@ from slogate.replay.compare import (
     table_metrics,
 )
 from slogate.replay.names import number_repeated_names
+from slogate.replay.repeats import Repeated, combine, group, noise, widen
 from slogate.traces.slo import SloError, parse_slo
 from slogate.traces.usage import UsageError
 
@@ -56,22 +58,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="show every percentile (p95, p99.9, count) in the table")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0: the same inputs give the same CIs)")
     p.add_argument("--resamples", type=int, default=400, help="bootstrap resamples per side (default 400)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="each side is N repeated runs, given consecutively (RUN a1 a2 a3 b1 b2 b3 with --repeat 3): "
+                   "values are the repeats' means, every metric's run-to-run spread is shown and every change's CI "
+                   "covers it too")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(argv) if argv is not None else None)
-    if len(args.sides) < 2:
-        raise UsageError("compare needs at least two sides: slogate compare BASELINE CANDIDATE [MORE …]")
+    if args.repeat < 1 or len(args.sides) % args.repeat:
+        raise UsageError(f"bad --repeat {args.repeat}: give N ≥ 1 that divides the {len(args.sides)} runs "
+                         "(each side is N consecutive runs, e.g. --repeat 2 a1 a2 b1 b2)")
+    if len(args.sides) < 2 * args.repeat:
+        raise UsageError("compare needs at least two sides: slogate compare BASELINE CANDIDATE [MORE …]"
+                         + (f" (with --repeat {args.repeat}: {2 * args.repeat} runs)" if args.repeat > 1 else ""))
     try:
         sides = load_sides(args.sides, args.slo)
         known = list(dict.fromkeys(k for s in sides for k in flatten(s.results.summary)))
-        bounds = [parse_bound(text, known) for text in args.fail_if]
+        bounds = [parse_bound(text, known, repeats=args.repeat > 1) for text in args.fail_if]
     except CompareError as exc:
         raise UsageError(str(exc)) from None
     if args.resamples < 10:
         raise UsageError(f"bad --resamples {args.resamples}: use at least 10 (default 400)")
+    reps = None
+    if args.repeat > 1:
+        reps = [combine(g) for g in group(sides, args.repeat)]
+        sides = [r.side for r in reps]
+        number_repeated_names(sides)
     cis = intervals(sides, seed=args.seed, resamples=args.resamples)
+    if reps is not None:
+        cis = widen(reps, cis)
     violations = check(bounds, sides, cis)
     flats = [flatten(s.results.summary) for s in sides]
     rows = known if args.all else table_metrics(flats)
@@ -79,9 +96,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = comparison(sides, rows, cis)
         data["checks"] = {"bounds": [b.text for b in bounds], "violations": [msgspec.to_builtins(v) for v in violations],
                           "passed": not violations}
+        if reps is not None:
+            data["repeats"] = repeats_json(reps, rows)
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(data), indent=2).decode() + "\n")
     else:
         render(sides, rows, cis=cis)
+        if reps is not None:
+            print_noise(reps)
         print_checks(bounds, violations)
     return 1 if violations else 0
 
@@ -238,3 +259,23 @@ def print_checks(bounds: Sequence[object], violations: Sequence[Violation]) -> N
             print(f"  {v.message}")
     else:
         print(f"OK: all {len(bounds)} bound(s) hold")
+
+
+NOISE_ROWS = ("output_tokens_per_s", "goodput_rps", "slo_attainment", "ttft_s.p50", "ttft_s.p99", "tpot_s.p50",
+              "tpot_s.p99", "e2e_s.p99")
+
+
+def repeats_json(reps: Sequence[Repeated], rows: Sequence[str]) -> dict[str, object]:
+    """`compare --json --repeat N`: the runs of each side and, per metric, each side's spread."""
+    spreads = [noise(r) for r in reps]
+    return {"n": len(reps[0].repeats), "sources": [[s.source for s in r.repeats] for r in reps],
+            "noise": {key: [msgspec.to_builtins(sp[key]) if key in sp else None for sp in spreads] for key in rows}}
+
+
+def print_noise(reps: Sequence[Repeated]) -> None:
+    """One line per side: the run-to-run spread (CV over the repeats) of the headline metrics."""
+    print(f"  run-to-run noise over {len(reps[0].repeats)} repeats per side (CV; the Δ% CIs cover it):")
+    for rep in reps:
+        sp = noise(rep)
+        cells = [f"{k} {sp[k].cv * 100:.1f}%" for k in NOISE_ROWS if k in sp and sp[k].cv is not None]
+        print(f"    {rep.side.name}: " + ("  ".join(cells) or "–"))

@@ -275,13 +275,16 @@ def main(argv: list[str] | None = None) -> int:
     ns = parse_args(argv)
     workload, options = plan(ns, command=["slogate", "replay", *argv])
     window = _stability_window(ns)
+    options.stability_window_s = window
     result = run_and_write(workload, options, console=not ns.quiet)
     if window is not None:
+        from slogate.replay.report import read_samples
         from slogate.replay.results import write_json
         from slogate.replay.stability import stability
 
-        st = stability(result.records, window, slos=options.slos, cv_threshold=ns.stability_cv)
         assert options.out_dir is not None
+        samples, _ = read_samples(Path(options.out_dir) / "metrics.jsonl")
+        st = stability(result.records, window, slos=options.slos, cv_threshold=ns.stability_cv, samples=samples)
         write_json(st, Path(options.out_dir) / "stability.json")
         print(f"stability: {st.verdict}")
     return 0

@@ -18,9 +18,11 @@ from slogate.replay.demo.procs import Children, Terminated, free_port, sigterm_a
 from slogate.replay.demo.steps import (
     Run,
     Setup,
+    capacity_sweep,
     comparison,
     parse_candidates,
     parse_setup,
+    price_of,
     print_comparison,
     virtual_replay,
     write_report,
@@ -28,6 +30,8 @@ from slogate.replay.demo.steps import (
 from slogate.traces.usage import UsageError
 
 DEFAULT_SLO = "interactive:ttft=0.5,tpot=50ms"
+DEFAULT_PRICES = "a100-80g=1.8,h100-sxm=3,l40s=1.2"  # example USD per GPU-hour (on-demand cloud, 2025)
+DEFAULT_SWEEP = "0.25,0.5,1,1.5,2,3"
 DRAIN_S = 90.0  # how long the live replay may run past its schedule (streams still in flight)
 READY_S = 30.0
 
@@ -40,7 +44,8 @@ The whole slogate loop on your machine, no GPU needed (about 1½ minutes with th
      own) through the gateway for --duration seconds at --speed, printing the gateway's live
      /slogate/status (request rate, goodput, SLO attainment, TTFT/TPOT p99) every few seconds;
   3. take the anonymized trace the gateway just captured (timings, lengths, prefix structure, no
-     text) and replay it in virtual time against the baseline and each --candidates setup;
+     text) and replay it in virtual time against the baseline and each --candidates setup, and
+     sweep the baseline over --sweep-speeds of the capture (its capacity, knee and replicas);
   4. print a side-by-side comparison (throughput, goodput, SLO attainment, TTFT/TPOT p50/p99;
      deltas vs the baseline, the last column is production as the gateway measured it) and write
      report.html, the captured trace and every run's results.json into one folder (--out).
@@ -55,7 +60,9 @@ output folder:
   capture/            the trace the gateway captured (slogate trace format, zstd JSON lines)
   production-live/    the live replay as the client saw it (results.json, requests.jsonl.zst, summary.csv)
   <setup>/            one virtual-time replay of the capture per setup (same files)
-  report.html         every run in one self-contained page; comparison.txt the printed table
+  sweep-<baseline>/   the baseline's capacity sweep (sweep.json, a point-<speed>/ run per speed)
+  report.html         every run in one self-contained page (conclusions.json: its conclusions);
+                      comparison.txt the printed table
   logs/               sim, gateway and replay-client logs
 
 examples:
@@ -76,6 +83,8 @@ class DemoOptions(msgspec.Struct, kw_only=True):
     slo_name: str
     seed: int
     status_every_s: float
+    prices: dict[str, float]
+    sweep_speeds: list[float]
     mode: str  # rich | plain | quiet
 
 
@@ -97,6 +106,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--candidates", default="h100-sxm,l40s?dtype=fp8", metavar="SETUP,…", help="step 3: setups "
                    "to replay the captured trace against (default h100-sxm,l40s?dtype=fp8)")
     p.add_argument("--slo", default=DEFAULT_SLO, help=f"the SLO for goodput and attainment (default {DEFAULT_SLO})")
+    p.add_argument("--price", default=DEFAULT_PRICES, metavar="GPU=USD,…", help="USD per GPU-hour, for the cost "
+                   f"per million good tokens (default {DEFAULT_PRICES}: example on-demand prices; '' for none)")
+    p.add_argument("--sweep-speeds", default=DEFAULT_SWEEP, metavar="X,…", help="step 3: the speeds of the capture "
+                   f"the baseline is swept over, for its capacity (default {DEFAULT_SWEEP}; '' for no sweep)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulators and prompt synthesis (default 0)")
     p.add_argument("--status-every", default="5s", help="step 2: how often to print the gateway status (default 5s)")
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of progress bars (the "
@@ -127,6 +140,11 @@ def options(ns: argparse.Namespace) -> DemoOptions:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {out} exists and is not an empty folder: pick a new one (or leave --out out)")
     baseline = parse_setup(ns.gpu_baseline, ns.model)
+    from slogate.replay.cli.sweep import parse_points
+    from slogate.replay.plan.candidates import parse_prices
+
+    prices = parse_prices(ns.price)
+    speeds = parse_points(ns.sweep_speeds, "sweep-speeds") if ns.sweep_speeds.strip() else []
     mode = "quiet" if ns.quiet else "plain" if ns.no_progress or not sys.stdout.isatty() else "rich"
     if mode == "rich":
         try:
@@ -135,7 +153,8 @@ def options(ns: argparse.Namespace) -> DemoOptions:
             mode = "plain"
     return DemoOptions(duration_s=duration, speed=ns.speed, out=out.resolve(), trace=trace.resolve(), model=ns.model,
                        baseline=baseline, candidates=parse_candidates(ns.candidates, ns.model, baseline),
-                       slo=ns.slo, slo_name=slo.name, seed=ns.seed, status_every_s=every, mode=mode)
+                       slo=ns.slo, slo_name=slo.name, seed=ns.seed, status_every_s=every, mode=mode, prices=prices,
+                       sweep_speeds=speeds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,7 +183,7 @@ def run(opts: DemoOptions, display: Display) -> None:
             "replay", str(opts.trace), "--speed", f"{opts.speed:g}", "--duration", f"{opts.duration_s:g}s",
             "--target", gateway_url, "--slo", opts.slo, "--seed", str(opts.seed), "--timeout", "60",
             "--quiet", "--out", str(live_dir), "--label", f"gpu={opts.baseline.opts.get('gpu')}",
-            "--label", "role=production"])
+            "--label", "role=production", *_cost_flags(price_of(opts.baseline, opts.prices))])
         title = (f"step 2/4  replaying {opts.trace.name} through the gateway: {opts.duration_s:g} s at "
                  f"{opts.speed:g}x speed (trace seconds 0–{opts.duration_s * opts.speed:g})")
         final = watch_replay(replay_child, children.started[:2], gateway_url, title=title, duration_s=opts.duration_s,
@@ -179,22 +198,35 @@ def run(opts: DemoOptions, display: Display) -> None:
     setups = [(opts.baseline, "baseline"), *((c, "candidate") for c in opts.candidates)]
     names = ", ".join(s.name + (" (baseline)" if role == "baseline" else "") for s, role in setups)
     runs: list[Run] = []
-    with display.task(f"step 3/4  replaying the capture in virtual time against {names}", total=len(setups)) as update:
+    sweep_dir = opts.out / f"sweep-{opts.baseline.name}"
+    swept = f" and sweeping {opts.baseline.name} over speeds {','.join(f'{x:g}' for x in opts.sweep_speeds)}"
+    with display.task(f"step 3/4  replaying the capture in virtual time against {names}"
+                      + (swept if opts.sweep_speeds else ""), total=len(setups) + bool(opts.sweep_speeds)) as update:
         for i, (setup, role) in enumerate(setups):
             update(i, setup.target)
-            runs.append(virtual_replay(capture, setup, opts.out / setup.name, slo=opts.slo, seed=opts.seed, role=role))
-        update(len(setups), "")
+            runs.append(virtual_replay(capture, setup, opts.out / setup.name, slo=opts.slo, seed=opts.seed, role=role,
+                                       cost_per_hour=price_of(setup, opts.prices)))
+        if opts.sweep_speeds:
+            update(len(setups), f"sweep {opts.baseline.target}")
+            capacity_sweep(capture, opts.baseline, sweep_dir, slo=opts.slo, seed=opts.seed, speeds=opts.sweep_speeds,
+                           cost_per_hour=price_of(opts.baseline, opts.prices))
+        update(len(setups) + bool(opts.sweep_speeds), "")
 
     with display.task("step 4/4  comparing the runs and writing report.html"):
         sides, plain = comparison(runs, capture, opts.slo)
         (opts.out / "comparison.txt").write_text(plain, encoding="utf-8")
-        report, plots = write_report([run.path for run in runs] + [live_dir], opts.out / "report.html")
+        report, plots = write_report([run.path for run in runs] + [live_dir] + ([sweep_dir] if opts.sweep_speeds else []),
+                                     opts.out / "report.html")
     display.result("")
     print_comparison(sides, plain, rich=opts.mode == "rich")
     display.result(f"deltas are vs the baseline {opts.baseline.name} (virtual-time replay of the capture); "
                    f"'{sides[-1].name}' is the live run as the gateway measured it.")
     display.result(f"report: {report}" + ("" if plots else " (tables only: pip install slogate[report] for plots)"))
     display.result(f"output folder: {opts.out}  (finished in {time.monotonic() - t0:.0f} s)")
+
+
+def _cost_flags(cost_per_hour: float | None) -> list[str]:
+    return [] if cost_per_hour is None else ["--cost-per-hour", f"{cost_per_hour:g}"]
 
 
 def start_servers(opts: DemoOptions, children: Children, salt: Path, capture: Path, display: Display) -> str:

@@ -1,8 +1,8 @@
-"""The demo's in-process steps: which simulated setups to compare, the virtual-time replays of the
-captured trace, the side-by-side comparison and the HTML report.
+"""The demo's in-process steps: which simulated setups to compare and what they cost, the virtual-time
+replays of the captured trace, the baseline's capacity sweep, the side-by-side comparison and the report.
 
-Reuses `slogate replay` in memory (replay.cli.replay.run_and_write), replay.compare, replay.cli.compare
-and replay.report; holds no metric logic.
+Reuses `slogate replay` and `slogate sweep` in memory (replay.cli.replay.run_and_write,
+replay.cli.sweep.run_sweep), replay.compare, replay.cli.compare and replay.report; holds no metric logic.
 """
 
 from __future__ import annotations
@@ -72,7 +72,42 @@ class Run(msgspec.Struct):
     results: Results
 
 
-def virtual_replay(capture: Path, setup: Setup, out: Path, *, slo: str, seed: int, role: str) -> Run:
+def price_of(setup: Setup, prices: dict[str, float]) -> float | None:
+    """USD per hour of the setup: its GPU's price (replay.plan.candidates.parse_prices keys) × GPUs (tp)."""
+    from slogate.replay.sim import catalog
+
+    gpu = catalog.find_gpu(setup.opts.get("gpu", setup.name)).name.lower()
+    if gpu not in prices:
+        return None
+    return prices[gpu] * int(setup.opts.get("tp", "1") or 1)
+
+
+def replay_flags(capture: Path, setup: Setup, *, slo: str, seed: int, labels: dict[str, str],
+                 cost_per_hour: float | None) -> list[str]:
+    """The `slogate replay` options of a virtual-time replay of the capture against `setup` (no --out)."""
+    return [str(capture), "--target", setup.target, "--virtual", "--slo", slo, "--seed", str(seed), "--quiet",
+            *(f for k, v in labels.items() for f in ("--label", f"{k}={v}")),
+            *(("--cost-per-hour", f"{cost_per_hour:g}") if cost_per_hour is not None else ())]
+
+
+def capacity_sweep(capture: Path, setup: Setup, out: Path, *, slo: str, seed: int, speeds: list[float],
+                   cost_per_hour: float | None) -> Path:
+    """`slogate sweep CAPTURE --target sim:… --virtual --speeds …` in-process: the baseline's curve, knee
+    and the largest speed of the capture that meets the SLO (out/sweep.json, a point-<x>/ per speed)."""
+    from slogate.replay.cli import replay as replay_cli
+    from slogate.replay.cli.sweep import run_sweep
+
+    labels = {"gpu": setup.opts.get("gpu", setup.name), "role": "sweep"}
+    args = replay_flags(capture, setup, slo=slo, seed=seed, labels=labels, cost_per_hour=cost_per_hour)
+    with contextlib.redirect_stdout(io.StringIO()):
+        run_sweep(args, replay_cli.parse_args(args), mode="speed", flag="--speed", xs=speeds, out=out, attainment=0.9,
+                  refine=1, command=["slogate", "sweep", *args, "--speeds", ",".join(f"{x:g}" for x in speeds),
+                                     "--refine", "1", "--out", str(out)])
+    return out
+
+
+def virtual_replay(capture: Path, setup: Setup, out: Path, *, slo: str, seed: int, role: str,
+                   cost_per_hour: float | None = None) -> Run:
     """`slogate replay CAPTURE --target sim:… --virtual` in-process (replay.run, files written to `out`)."""
     from slogate.replay.cli.replay import run_and_write
     from slogate.replay.run import ReplayOptions
@@ -86,10 +121,11 @@ def virtual_replay(capture: Path, setup: Setup, out: Path, *, slo: str, seed: in
     workload = trace_workload(trace)
     if not workload.requests:
         raise UsageError(f"{capture}: the captured trace holds no requests")
-    command = ["slogate", "replay", str(capture), "--target", setup.target, "--virtual", "--slo", slo, "--seed",
-               str(seed), "--quiet", "--out", str(out), *(f for k, v in labels.items() for f in ("--label", f"{k}={v}"))]
+    command = ["slogate", "replay", *replay_flags(capture, setup, slo=slo, seed=seed, labels=labels,
+                                                  cost_per_hour=cost_per_hour), "--out", str(out)]
     options = ReplayOptions(target=setup.target, virtual=True, slos=[parse_slo(slo, default_name="default")], seed=seed,
-                            labels=labels, out_dir=str(out), command=command, trace=trace.path, trace_digest=trace.digest)
+                            labels=labels, out_dir=str(out), command=command, trace=trace.path, trace_digest=trace.digest,
+                            cost_per_hour=cost_per_hour)
     result = run_and_write(workload, options, console=False)
     return Run(name=setup.name, path=out, results=result.results)
 

@@ -1,9 +1,11 @@
 """`slogate demo` as a user runs it (a subprocess, short duration): exit 0, the output folder (report,
-captured trace without text, a results.json per run), the printed status lines and comparison, the
-report in headless Chromium; and Ctrl-C / SIGTERM mid-run leaves no process behind."""
+captured trace without text, a results.json per run, the baseline's sweep), the printed status lines and
+comparison, the report in headless Chromium with its capacity and cost conclusions (knee, operating point,
+replicas, cost per million good tokens); and Ctrl-C / SIGTERM mid-run leaves no process behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -17,6 +19,7 @@ import zstandard
 
 from slogate.cli import main as slogate
 from slogate.replay.results import load as load_results
+from slogate.replay.sweep import load as load_sweep
 from slogate.traces.reader import read_trace
 from tests.replay.test_report import SECTIONS, chromium, console_errors
 from tests.servers import REPO, SLOGATE
@@ -95,6 +98,50 @@ def test_demo_report_renders_in_chromium(demo: tuple[Path, str, float], tmp_path
     for name in RUNS:
         assert name in dom.stdout
     assert not console_errors(dom.stderr), console_errors(dom.stderr)
+
+
+def test_demo_report_states_capacity_replicas_and_cost(demo: tuple[Path, str, float], tmp_path: Path) -> None:
+    out, _, _ = demo
+    sweep = load_sweep(out / "sweep-a100-80g" / "sweep.json")
+    assert len(sweep.points) >= 5 and sweep.mode == "speed"
+    assert sweep.max_x_meeting_slo is not None and sweep.knee is not None  # the range crosses the SLO
+    best = next(p for p in sweep.points if p.x == sweep.max_x_meeting_slo)
+    assert any(p.slo_attainment is not None and p.slo_attainment < sweep.attainment_target for p in sweep.points)
+    conclusions = json.loads((out / "conclusions.json").read_text())["conclusions"]
+    (cap,) = [c for c in conclusions if c["topic"] == "capacity"]
+    v = cap["values"]
+    assert v["max_meeting_slo"] == sweep.max_x_meeting_slo and v["knee"] == sweep.knee
+    assert v["recommended"] == pytest.approx(0.9 * best.x)
+    assert v["operating_rps"] == pytest.approx(0.9 * best.request_rate_rps)
+    assert v["load_run"] == "a100-80g" and v["peak_rps"] > 0
+    assert v["replicas"] >= v["peak_rps"] / v["operating_rps"] > v["replicas"] - 1
+    assert v["cost_per_hour_usd"] == 1.8 and v["goodput_cost_per_million_output_tokens"] > 0
+    for words in ("recommended ≤", "operating point", "knee", "replica", "per million good output tokens"):
+        assert words in cap["text"], words
+    costs = {c["run"]: c["values"] for c in conclusions if c["topic"] == "cost"}
+    assert {k: c["cost_per_hour_usd"] for k, c in costs.items()} == {
+        "a100-80g": 1.8, "h100-sxm": 3.0, "l40s-fp8": 1.2, "production-live": 1.8}
+    assert all(c["goodput_cost_per_million_output_tokens"] > 0 for c in costs.values())
+    assert load_results(out / "h100-sxm" / "results.json").summary.cost_per_hour_usd == 3.0
+
+    dom = chromium("--dump-dom", (out / "report.html").as_uri(), tmp=tmp_path).stdout
+    section = dom[dom.index('<section id="conclusions">'):]
+    section = section[:section.index("</section>")]
+    assert cap["text"] in section.replace("&amp;", "&")
+    assert 'href="#sweep-sweep-a100-80g"' in section and 'id="sweep-sweep-a100-80g"' in dom
+    shot = tmp_path / "demo-report.png"
+    res = chromium(f"--screenshot={shot}", "--window-size=1280,4000", (out / "report.html").as_uri(), tmp=tmp_path)
+    assert res.returncode == 0 and shot.stat().st_size > 10_000
+    assert not console_errors(res.stderr), console_errors(res.stderr)
+
+
+def test_demo_price_and_sweep_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert slogate(["demo", "--out", str(tmp_path / "o"), "--price", "a100-80g"]) == 2
+    assert "bad --price 'a100-80g'" in capsys.readouterr().err
+    assert slogate(["demo", "--out", str(tmp_path / "o"), "--sweep-speeds", "1,fast"]) == 2
+    err = capsys.readouterr().err
+    assert "bad --sweep-speeds '1,fast'" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
 
 
 # -- Ctrl-C / SIGTERM --------------------------------------------------------------------------------

@@ -1,18 +1,24 @@
 """Each environment field comes from the server where the server offers it, and is "not recorded"
 otherwise: the sim's /version (over real HTTP), llama.cpp's /props and vLLM's `*_info` gauges (small
 stand-in servers on 127.0.0.1 speaking those endpoints' documented shapes: no llama.cpp or vLLM here),
-then --label; the report renders every unset field as "not recorded"."""
+then --label; the report renders every unset field as "not recorded". And on one real HTTP run, every
+environment row and the other three parts (load, metrics, conclusions) of its report, checked against
+the run's own numbers."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from slogate.replay import report
+from slogate.replay.outputs.html import ENV_ROWS
+from slogate.replay.report_model import load_profile
 from slogate.replay.results import Environment
 from slogate.replay.sim.server import SIM_VERSION
 from slogate.replay.target import Probe, apply_probe, probe
@@ -117,3 +123,59 @@ def test_sim_over_http_states_its_version_and_config(tmp_path: Path) -> None:
         row = envsec[envsec.index(f'<td class="k">{label}</td>'):].split("</tr>")[0]
         assert "not recorded" in row, label
     assert f"{SIM_VERSION}<span class=\"src\">/version</span>" in envsec
+
+
+# Rows nobody states for the sim: it has no driver or CUDA, and this run gave no --label.
+SIM_NOT_RECORDED = {"driver", "CUDA", "labels"}
+
+
+def _rows(section: str) -> dict[str, str]:
+    """label -> the run's cell (HTML) of the report's environment tables (one run)."""
+    return dict(re.findall(r'<tr><td class="k">([^<]+)</td><td>(.*?)</td></tr>', section))
+
+
+def test_every_environment_row_and_the_four_parts_on_a_real_run(tmp_path: Path) -> None:
+    trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=2)
+    run = replay(trace, tmp_path / "run", virtual=False, extra=["--scrape-metrics", "0.2", "--cost-per-hour", "2"])
+    data = report.collect([run])
+    html = report.build_html(data, plots=False)
+    part = {sid: html[html.index(f'<section id="{sid}">'):] for sid in ("environment", "load", "metrics", "conclusions")}
+    part = {k: v[:v.index("</section>")] for k, v in part.items()}
+    rows = _rows(part["environment"])
+    labels = [label for _, group in ENV_ROWS for label, _ in group]
+    assert set(labels) <= set(rows), set(labels) - set(rows)  # every field has a row: none is left out
+    unrecorded = {label for label in labels if "not recorded" in rows[label]}
+    assert unrecorded == SIM_NOT_RECORDED, unrecorded
+    env = data.runs[0].results.environment
+    # each hardware/engine value says who stated it (the server over HTTP, or the sim's config)
+    for label, key in dict(ENV_ROWS)["hardware"] + dict(ENV_ROWS)["engine"]:
+        if label not in unrecorded and key != "engine.*":
+            assert '<span class="src">' in rows[label], label
+    assert "/version" in rows["framework version"] and "/v1/models" in rows["model"]
+    assert env.driver is None and env.cuda is None and not env.labels
+
+    # with labels, the same fields are recorded, and say so
+    labelled = replay(trace, tmp_path / "labelled", virtual=False,
+                      extra=["--label", "driver=550.54", "--label", "cuda=12.4"])
+    lrows = _rows(report.build_html(report.collect([labelled]), plots=False))
+    assert lrows["driver"] == '550.54<span class="src">label</span>' and lrows["CUDA"].startswith("12.4")
+    assert "not recorded" not in lrows["labels"]
+
+    # load: the table row is the records' own profile
+    lp = load_profile(data.runs[0].records)
+    load_row = re.search(r'<tr><td class="k">run</td>(.*?)</tr>', part["load"]).group(1)
+    cells = re.findall(r"<td>(.*?)</td>", load_row)
+    assert cells[0] == str(lp.requests) == "40" and float(cells[2]) == pytest.approx(lp.mean_rps, rel=1e-3)
+    assert cells[4].startswith(f"{lp.peak_minute_rps:.3g}")
+    assert 'id="load-run"' in part["load"] and "workload:" in part["load"]
+    # metrics: throughput beside goodput, latency percentiles, errors by class
+    s = data.runs[0].results.summary
+    for table in ('id="throughput"', 'id="latency"', 'id="errors"', 'id="telemetry"'):
+        assert table in part["metrics"], table
+    assert f"{s.slo_attainment:.1%}" in part["metrics"]
+    # conclusions: one of each kind this run supports, each linking to a figure present on the page
+    topics = re.findall(r'<span class="topic">([a-z]+)</span>', part["conclusions"])
+    assert {"capacity", "binding", "cost", "trust"} <= set(topics), topics
+    assert "$2/hour" in part["conclusions"] and "(client view" not in part["conclusions"]  # telemetry was scraped
+    ids = set(re.findall(r'\bid="([^"]+)"', html))
+    assert set(re.findall(r'href="#([^"]+)"', part["conclusions"])) <= ids

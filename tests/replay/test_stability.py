@@ -1,16 +1,20 @@
 """`slogate replay … --stability WINDOW`: short real-clock runs on the sim (faults act on its wall
 clock, not in virtual time). Without a fault the verdict is stable; with `--fault slowdown` (3× step
-time) from halfway on, the verdict reports the trend. Plus the window parser's one-line errors."""
+time) from halfway on, the verdict reports the trend and the progress lines show the current window
+drifting; the scraped KV-cache usage is in the verdict. Server KV/memory growth calls a run unstable.
+Plus the window parser's one-line errors."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from slogate.cli import main as slogate
-from slogate.replay.stability import parse_window, stability
+from slogate.replay.progress import Progress
+from slogate.replay.stability import LiveWindow, parse_window, stability
 from slogate.traces.record import RequestRecord
 from tests.replay.test_compare_runs import make_trace, replay
 
@@ -22,8 +26,9 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_trace(tmp_path_factory.mktemp("stability") / "t.jsonl.zst", rate=40, seconds=6)
 
 
-def run(trace: Path, out: Path, target: str, capsys: pytest.CaptureFixture[str]) -> tuple[dict, str]:
-    replay(trace, out, target=target, virtual=False, extra=["--stability", "1s", "--stability-cv", "0.05"])
+def run(trace: Path, out: Path, target: str, capsys: pytest.CaptureFixture[str],
+        extra: tuple[str, ...] = ()) -> tuple[dict, str]:
+    replay(trace, out, target=target, virtual=False, extra=["--stability", "1s", "--stability-cv", "0.05", *extra])
     printed = capsys.readouterr().out
     return json.loads((out / "stability.json").read_text()), printed
 
@@ -46,6 +51,59 @@ def test_slowdown_halfway_reports_the_trend(trace: Path, tmp_path: Path, capsys:
     assert st["ttft_p99"]["slope_per_h"] > 0 and st["ttft_p99"]["change"] > 0.2
     assert "UNSTABLE" in st["verdict"] and "p99 TTFT drifted +" in st["verdict"]
     assert "stability: UNSTABLE" in printed
+
+
+def test_live_window_and_scraped_kv_on_a_slowdown(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --quiet (stdout not a TTY: plain progress lines on stderr every 0.5 s), each line ends with
+    the current 1 s window; the slowdown shows as a TTFT rise against the first window. The KV-cache
+    usage scraped during the run is averaged per window and reported in the verdict."""
+    out = tmp_path / "live"
+    args = ["replay", str(trace), "--target", TARGET + "&fault=slowdown=3.5:1000:3", "--model", "llama-3-8b",
+            "--slo", "ttft=0.5,tpot=50ms", "--seed", "1", "--stability", "1s", "--progress-interval", "0.5",
+            "--scrape-metrics", "0.2", "--out", str(out)]
+    assert slogate(args) == 0
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("slogate replay: progress")]
+    assert len(lines) >= 6 and all(" window 1 s: " in ln and "tok/s" in ln for ln in lines), err[-2000:]
+    changes = [float(m) for m in re.findall(r"TTFT p99 \d+ ms \(([-+0-9.]+) %\)", lines[-1])]
+    assert changes and changes[0] > 50, lines[-1]  # the last window's p99 TTFT is far above the first's
+    st = json.loads((out / "stability.json").read_text())
+    kv = [w["kv_cache_usage"] for w in st["windows"]]
+    assert all(v is not None and 0 < v <= 1 for v in kv), kv
+    assert st["kv_cache_usage"]["mean"] == pytest.approx(sum(kv) / len(kv))
+    assert "KV-cache usage" in st["verdict"] and st["resident_memory"] is None  # the sim exposes no process memory
+
+
+def _steady(n_s: int = 10) -> list[RequestRecord]:
+    return [RequestRecord(t=i * 0.1, ttft=0.05, tpot=0.01, e2e=0.2, output_tokens=16) for i in range(n_s * 10)]
+
+
+def test_kv_and_memory_growth_make_a_run_unstable() -> None:
+    recs = _steady()
+    flat = [{"t": t / 2, "kv_cache_usage": 0.3, "resident_memory_bytes": 8e9} for t in range(20)]
+    assert stability(recs, 1.0, samples=flat).stable
+    growing = [{"t": t / 2, "kv_cache_usage": 0.1 + 0.04 * t, "resident_memory_bytes": 8e9 * (1 + 0.02 * t)}
+               for t in range(20)]
+    st = stability(recs, 1.0, samples=growing)
+    assert not st.stable
+    assert any(r.startswith("KV-cache usage grew +") for r in st.reasons), st.reasons
+    assert any(r.startswith("server memory grew +") for r in st.reasons), st.reasons
+    assert st.kv_cache_usage is not None and st.kv_cache_usage.slope_per_h is not None and st.kv_cache_usage.slope_per_h > 0
+    assert "server memory +" in st.verdict
+    assert stability(recs, 1.0).kv_cache_usage is None  # nothing scraped: no claim either way
+
+
+def test_live_window_text() -> None:
+    w = LiveWindow(1.0)
+    assert w.text() == "window 1 s: 0 tok/s, TTFT p99 -, TPOT p50 -"
+    w.add([RequestRecord(t=i * 0.1, ttft=0.05, tpot=0.01, e2e=0.2, output_tokens=10) for i in range(20)])
+    assert "TTFT p99 50 ms (+0.0 %)" in w.text()
+    w.add([RequestRecord(t=2 + i * 0.1, ttft=0.1, tpot=0.02, e2e=0.2, output_tokens=10) for i in range(20)])
+    text = w.text()
+    assert "100 tok/s (-9.1 %)" in text and "TTFT p99 100 ms (+100.0 %)" in text and "TPOT p50 20 ms (+100.0 %)" in text
+    p = Progress(40, [], None, LiveWindow(1.0))
+    p.add([RequestRecord(t=0.0, ttft=0.05, tpot=0.01, e2e=0.2, output_tokens=10)])
+    assert p.plain_line().endswith(p.window.text()) and " window 1 s: " in p.plain_line()
 
 
 def test_too_few_windows_is_not_called_stable() -> None:
