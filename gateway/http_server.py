@@ -146,6 +146,7 @@ class ClientConn(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set in connection_made
         self.remote: str | None = None
         self._parser = httptools.HttpRequestParser(self)
         self._queue: deque[ClientRequest] = deque()  # complete requests waiting for the current one
@@ -177,7 +178,8 @@ class ClientConn(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.registry.add(self)
-        self.idle_t = self.req_t = asyncio.get_running_loop().time()
+        self._loop = loop = asyncio.get_running_loop()  # once: each call is a getpid() syscall in 3.11
+        self.idle_t = self.req_t = loop.time()
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
@@ -220,7 +222,7 @@ class ClientConn(asyncio.Protocol):
             return
         self.bytes_in += len(data)
         if self.hdr_t is None:
-            self.hdr_t = asyncio.get_running_loop().time()
+            self.hdr_t = self._loop.time()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -268,7 +270,7 @@ class ClientConn(asyncio.Protocol):
         self._body = []
         self._body_len = 0
         self.in_body = True
-        self.req_t, self.bytes_at_req = asyncio.get_running_loop().time(), self.bytes_in
+        self.req_t, self.bytes_at_req = self._loop.time(), self.bytes_in
         length = req.content_length
         if length is not None and length > self.max_body:
             req.too_large = length  # answered at once; the unread body closes the connection
@@ -335,7 +337,7 @@ class ClientConn(asyncio.Protocol):
         self.chunked = False
         self._pending_head = None
         self._close_after = not req.keep_alive
-        self._task = asyncio.get_running_loop().create_task(self._run(req))
+        self._task = self._loop.create_task(self._run(req))
 
     async def _run(self, req: ClientRequest) -> None:
         try:
@@ -360,8 +362,7 @@ class ClientConn(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.close()
             return
-        loop_time = asyncio.get_running_loop().time()
-        self.hdr_t, self.idle_t = None, loop_time
+        self.hdr_t, self.idle_t = None, self._loop.time()
         if self._queue:
             self._start(self._queue.popleft())
             return
@@ -488,7 +489,7 @@ class ClientConn(asyncio.Protocol):
             raise ConnectionResetError("client disconnected")
         if not self.writing_paused:
             return
-        fut = self._drain = asyncio.get_running_loop().create_future()
+        fut = self._drain = self._loop.create_future()
         try:
             await fut
         finally:

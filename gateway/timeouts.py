@@ -1,7 +1,8 @@
 """Per-request deadlines (first byte, idle gap, total) checked by one periodic sweep for all requests.
 
 A request registers a `Watchdog` in a coarse timer wheel (`Deadlines`, 50 ms slots): a few set
-operations per request, no timer handle per request or per chunk. The relay only stores the time
+operations per request, no timer handle per request or per chunk; the wheel ticks only while a
+deadline is filed (an idle gateway, or one without timeouts, never wakes for it). The relay only stores the time
 of the last chunk (`last_ns`); the sweep re-files a watchdog whose deadline moved and cancels the
 relay task of one that expired, recording which deadline fired. Never reads or writes the stream.
 """
@@ -9,7 +10,6 @@ relay task of one that expired, recording which deadline fired. Never reads or w
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 from time import perf_counter_ns
 
@@ -34,17 +34,29 @@ class Deadlines:
         self.tick_ns = int(tick_s * 1e9)
         self.slots: dict[int, set[Watchdog]] = {}
         self._done_slot = perf_counter_ns() // self.tick_ns  # every slot up to this one was swept
-        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tick: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        self._loop = asyncio.get_running_loop()
+        if self.slots:
+            self._arm()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
+        self._loop = None
+
+    def _arm(self) -> None:
+        if self._tick is None and self._loop is not None:
+            self._tick = self._loop.call_later(self.tick_ns * 1e-9, self._on_tick)
+
+    def _on_tick(self) -> None:
+        self._tick = None
+        self.sweep(perf_counter_ns())
+        if self.slots:
+            self._arm()
 
     def file(self, wd: Watchdog, deadline_ns: int) -> None:
         slot = max(deadline_ns // self.tick_ns + 1, self._done_slot + 1)
@@ -55,6 +67,8 @@ class Deadlines:
         bucket = self.slots.get(slot)
         if bucket is None:
             self.slots[slot] = {wd}
+            if self._tick is None:
+                self._arm()
         else:
             bucket.add(wd)
 
@@ -76,13 +90,6 @@ class Deadlines:
                     wd.slot = None
                     wd.check(now_ns)
         self._done_slot = max(self._done_slot, current)
-
-    async def _run(self) -> None:
-        tick = self.tick_ns * 1e-9
-        while True:
-            await asyncio.sleep(tick)
-            self.sweep(perf_counter_ns())
-
 
 class Watchdog:
     __slots__ = ("_idle_ns", "_owner", "_task", "_total_at", "_ttfb_at", "_ttfb_ns", "fired", "last_ns", "slot")
