@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[Server]:
-    with start_sim(timing="constant", ttft_ms=5, itl_ms=5, seed=1) as server:
+    with start_sim(timing="constant", ttft_ms=5, itl_ms=30, seed=1) as server:  # gaps a busy box keeps apart
         yield server
 
 
