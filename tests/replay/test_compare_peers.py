@@ -84,3 +84,24 @@ def test_compare_shows_aiperf_beside_a_slogate_run(tmp_path: Path, capsys: pytes
         assert values[0] != "–" and values[1] != "–" and values[4] != "–", (metric, values)
     assert "aiperf: tpot_s = AIPerf inter_token_latency" in out
     assert f"{RECORDS} (AIPerf export)" in out
+
+
+def test_aiperf_errors_count_as_failed(tmp_path: Path) -> None:
+    """AIPerf's error shapes (ErrorDetails on a record, ErrorDetailsCount in error_summary) on the real
+    files: a failed request is a failed record with its status, never its message."""
+    rows = [orjson.loads(line) for line in RECORDS.read_bytes().splitlines()]
+    rows[3]["error"] = {"code": 503, "type": "Service Unavailable", "message": "SECRET-MESSAGE"}
+    rows[3]["metrics"] = {}
+    (tmp_path / "profile_export.jsonl").write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
+    obj = orjson.loads(AGGREGATE.read_bytes())
+    obj["error_summary"] = [{"error_details": rows[3]["error"], "count": 1}]
+    obj["completed_request_count"]["avg"] = 23
+    (tmp_path / "profile_export_aiperf.json").write_bytes(orjson.dumps(obj))
+    failed = [r for r in ap.read_records(tmp_path / "profile_export.jsonl") if r.error is not None]
+    assert [(r.status, r.error) for r in failed] == [(503, "upstream_status")]
+    agg = ap.aggregate_summary(obj)
+    assert (agg.requests, agg.failed, agg.failed_by_class) == (24, 1, {"upstream_status": 1})
+    assert agg.slo_attainment == pytest.approx(23 / 24)
+    own = load_side(tmp_path / "profile_export.jsonl").results.summary
+    assert own.failed == 1 and own.failed_by_class == {"upstream_status": 1}
+    assert "SECRET-MESSAGE" not in repr(failed)

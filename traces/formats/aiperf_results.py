@@ -179,8 +179,13 @@ def _avg(obj: dict, name: str) -> float | None:
 
 def aggregate_summary(obj: dict) -> RunSummary:
     """The aggregate file's numbers in the one summary's fields (DEFINITIONS: where they differ)."""
-    errors = obj.get("error_summary")
-    failed = sum(int(e.get("count", 0)) for e in errors if isinstance(e, dict)) if isinstance(errors, list) else 0
+    by_class: dict[str, int] = {}
+    for e in obj.get("error_summary") or []:  # [{"error_details": {"code", "type", "message"}, "count"}]
+        if isinstance(e, dict) and isinstance(e.get("count"), int):
+            code = (e.get("error_details") or {}).get("code")
+            cls = "upstream_status" if isinstance(code, int) and code >= 400 else "unknown"
+            by_class[cls] = by_class.get(cls, 0) + e["count"]
+    failed = sum(by_class.values())
     ok = round(_avg(obj, "completed_request_count") or _avg(obj, "request_count") or 0)
     total = ok + failed
     rate = _avg(obj, "request_throughput") or 0.0
@@ -199,8 +204,7 @@ def aggregate_summary(obj: dict) -> RunSummary:
         input_tokens=round(_avg(obj, "total_isl") or 0),
         **{field: _distribution(obj.get(name), 1e-3) for field, name in LATENCIES.items()},
     )
-    if failed:
-        summary.failed_by_class = {"unknown": failed}
+    summary.failed_by_class = dict(sorted(by_class.items()))
     return summary
 
 
