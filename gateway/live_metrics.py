@@ -107,12 +107,15 @@ class LiveMetrics:
     def labels(self, record: RequestRecord) -> tuple[str, ...]:
         """The semconv label values of one record (plus the legacy `model` when enabled).
 
-        gen_ai_response_model is the request model: the record keeps one model name (the request's)."""
+        gen_ai_response_model is the upstream's "model" (traces.observer reads it), the request's
+        model when the upstream sent none; both fold into the same bounded model set."""
         model = self.model_label(record.model)
+        response = record.response_model
+        answered = model if response is None or response == record.model else self.model_label(response)
         op = OPERATIONS.get(record.endpoint, LABEL_OTHER)
         if self.legacy:
-            return (op, self.provider, model, model, model)
-        return (op, self.provider, model, model)
+            return (op, self.provider, model, answered, model)
+        return (op, self.provider, model, answered)
 
     def observe(self, record: RequestRecord, goods: Sequence[bool], gaps: Sequence[float] | None) -> None:
         """Account one finished measured request (called once, at its end)."""

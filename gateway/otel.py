@@ -55,7 +55,7 @@ class OtelSpans:
             "gen_ai.operation.name": op,
             "gen_ai.provider.name": self.provider_name,
             "gen_ai.request.model": model,
-            "gen_ai.response.model": model,
+            "gen_ai.response.model": record.response_model or model,
             "http.response.status_code": record.status,
             "slogate.stream": record.stream,
         }

@@ -82,6 +82,8 @@ class Gateway:
         self.relay = Relay(cfg, self.router, self.recorder, self.start_ns, self.deadlines)
         self.registry = make_registry(MetricsCollector(self.metrics, self._inflight, self.recorder.trace_counts))
         self.registry.register(self.router.collector())
+        if cfg.otel:  # the same families over OTLP (gateway/otel_metrics.py); a lifecycle sink: the recorder
+            self.sinks.append(_otel_metrics(self.registry, self.start_unix))  # holds its own tuple, never calls it
         self.admin: dict[str, Endpoint] = {
             "/metrics": self.metrics_endpoint,
             "/slogate/status": self.status_endpoint,
@@ -186,6 +188,12 @@ def _sinks(cfg: GatewayConfig, start_unix: float) -> list[Sink]:
 
         sinks.append(OtelSpans(start_unix, cfg.provider_name))
     return sinks
+
+
+def _otel_metrics(registry, start_unix: float) -> Sink:  # type: ignore[no-untyped-def]
+    from slogate.gateway.otel_metrics import OtelMetrics
+
+    return OtelMetrics(registry, start_unix)
 
 
 def client_limits(cfg: GatewayConfig) -> ClientLimits:

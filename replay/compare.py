@@ -21,7 +21,7 @@ from slogate.traces.metrics import Summary
 from slogate.traces.record import RequestRecord
 from slogate.traces.segments import TraceError
 from slogate.traces.slo import Slo, SloError, parse_slo
-from slogate.traces.summary import RunSummary, summarize
+from slogate.traces.summary import RunSummary, run_window, summarize
 
 SUMMARY_STATS = tuple(f.name for f in msgspec.structs.fields(Summary))  # count, mean, p50, …, max
 TABLE_STATS = ("p50", "p90", "p99", "max", "mean")  # the stats the side-by-side table shows
@@ -53,9 +53,10 @@ class Side(msgspec.Struct):
 
     name: str
     source: str
-    kind: str  # "run" (results.json) or "trace" (captured trace summarized over its span)
+    kind: str  # "run" (results.json), "trace" (captured trace summarized over its span) or a peer ("aiperf")
     results: Results
     records: list[RequestRecord] | None = None  # per-request records (None: none beside the results)
+    notes: list[str] = []  # how a peer's metric definitions map onto slogate's
 
 
 class Bound(msgspec.Struct, frozen=True):
@@ -87,6 +88,9 @@ def load_side(path: str | Path, *, slos: Sequence[Slo] = (), name: str | None = 
     label = name or _default_name(p)
     if not p.exists():
         raise CompareError(f"{p}: no such file or directory (give a run directory, a results.json or a slogate trace)")
+    peer = aiperf_side(p, label, slos)
+    if peer is not None:
+        return peer
     results_file = p / "results.json" if p.is_dir() else p
     if results_file.name.endswith(".json") and results_file.is_file():
         try:
@@ -97,6 +101,41 @@ def load_side(path: str | Path, *, slos: Sequence[Slo] = (), name: str | None = 
                     records=run_records(results_file.parent / "requests.jsonl.zst"))
     results, records = summarize_trace(p, slos=slos, with_records=True)
     return Side(name=label, source=str(p), kind="trace", results=results, records=records)
+
+
+def aiperf_side(p: Path, label: str, slos: Sequence[Slo] = ()) -> Side | None:
+    """An AIPerf export (artifact directory, profile_export*.json or profile_export.jsonl) as a side;
+    None when `p` is not one. A .jsonl is summarized by slogate over its per-request records; a
+    directory or .json shows AIPerf's own aggregates (definitions mapped), with the records beside."""
+    from slogate.traces.formats import aiperf_results as ap
+
+    aggregate, jsonl = ap.find_files(p)
+    obj = None
+    if aggregate is not None:
+        try:
+            obj = ap.read_aggregate(aggregate)
+        except ap.AiperfError:
+            obj = None
+    if (p.is_dir() and obj is None and jsonl is None) or (p.suffix == ".json" and obj is None):
+        return None  # not AIPerf's (a results.json, a run directory)
+    if p.is_file() and p.suffix not in (".json", ".jsonl"):
+        return None
+    try:
+        records = ap.read_records(jsonl) if jsonl is not None else None
+    except ap.AiperfError as exc:
+        if p.suffix == ".jsonl":
+            return None  # some other JSONL (a Mooncake or agentic trace)
+        raise CompareError(str(exc)) from None
+    env = Environment(target="aiperf", models=ap.models(obj) if obj else [],
+                      labels={"tool": f"aiperf {obj.get('aiperf_version')}"} if obj else {})
+    if obj is not None and p.suffix != ".jsonl":
+        summary, notes = ap.aggregate_summary(obj), ap.describe(ap.DEFINITIONS)
+    else:
+        assert records is not None
+        summary = summarize(records, window=run_window(records), slos=slos)
+        notes = ap.describe(ap.RECORDS_DEFINITIONS)
+    return Side(name=label, source=str(p), kind="aiperf", results=Results(environment=env, summary=summary),
+                records=records, notes=notes)
 
 
 def run_records(path: Path) -> list[RequestRecord] | None:
@@ -160,7 +199,7 @@ def _default_name(p: Path) -> str:
     if p.name == "requests.jsonl.zst":  # a run's own records used as a trace
         return f"{p.parent.name}/requests"
     name = p.name or str(p)
-    for suffix in (".jsonl.zst", ".json"):
+    for suffix in (".jsonl.zst", ".jsonl", ".json"):
         name = name.removesuffix(suffix)
     return name
 

@@ -35,6 +35,8 @@ _SPACE = frozenset(b" \t\r\n")
 # One scan for "does this event need decoding": an "error" word, a string finish_reason or a usage
 # object (the same test as `_ERROR_WORD in p or _value_at(p, _FINISH_KEY, '"') or _value_at(p, _USAGE_KEY, '{')`).
 _TAIL_GATE = re.compile(rb'"error"|"finish_reason"[ \t\r\n]*:[ \t\r\n]*"|"usage"[ \t\r\n]*:[ \t\r\n]*\{').search
+_MODEL_KEY = b'"model"'
+MAX_MODEL_BYTES = 256  # a longer "model" value is not a model name: not read
 _DONE = b"[DONE]"
 _NON_STREAM_BODY_LIMIT = 16 << 20  # bytes kept to read usage from a non-streaming body
 MAX_EVENT_BYTES = 1 << 20  # a longer SSE event is relayed unparsed (counted in `oversized_events`)
@@ -67,11 +69,13 @@ class StreamObserver:
         "_last_output_ns",
         "_output_chunks",
         "_output_keys",
+        "_response_model",
         "_skip_tail",
         "_skipping",
         "_strip_usage",
         "_usage_completion",
         "_usage_prompt",
+        "_want_model",
         "endpoint",
         "max_event_bytes",
         "n_inputs",
@@ -123,6 +127,10 @@ class StreamObserver:
         self._usage_prompt: int | None = None
         self._usage_completion: int | None = None
         self._cached_tokens: int | None = None
+        # The upstream's "model" (gen_ai.response.model): read from the first data event of a
+        # stream by one bytes.find (no JSON decode), from the decoded body otherwise.
+        self._response_model: str | None = None
+        self._want_model = stream
 
     # ------------------------------------------------------------------ feeding
     def feed(self, piece: bytes, t_ns: int) -> bytes:
@@ -266,6 +274,9 @@ class StreamObserver:
         if payload == _DONE:
             self._done = True
             return True
+        if self._want_model:  # the first data event only
+            self._want_model = False
+            self._response_model = _model_of(payload)
         if _has_output(payload, self._output_keys):
             self._output(t_ns)
         if named_error or _TAIL_GATE(payload) is not None:
@@ -373,6 +384,7 @@ class StreamObserver:
             error=error,
             cached_tokens=self._cached_tokens,
             n_inputs=self.n_inputs,
+            response_model=self._response_model,
         )
         if self._chunk_ns is not None:
             record.chunk_times = [(c - self.t0_ns) * NS for c in self._chunk_ns]
@@ -388,6 +400,9 @@ class StreamObserver:
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self._read_usage(usage)
+        model = obj.get("model")
+        if isinstance(model, str) and 0 < len(model) <= MAX_MODEL_BYTES:
+            self._response_model = model
         choices = obj.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
             reason = choices[0].get("finish_reason")
@@ -478,6 +493,39 @@ def _value_at(payload: bytes, key: bytes, first: int) -> bool:
                 return True
         i = payload.find(key, i + 1)
     return False
+
+
+def _model_of(payload: bytes) -> str | None:
+    """The string value of the top-level-looking `"model"` key of one chunk, found with bytes.find
+    (a key cannot occur inside a JSON string: its quotes would be escaped). None when absent, not a
+    string, longer than MAX_MODEL_BYTES, or not valid UTF-8; escapes are decoded by orjson."""
+    i = payload.find(_MODEL_KEY)
+    if i < 0:
+        return None
+    j = _value_start(payload, i + len(_MODEL_KEY))
+    if j < 0 or j >= len(payload) or payload[j] != 34:  # '"'
+        return None
+    end = payload.find(b'"', j + 1, j + 2 + MAX_MODEL_BYTES)
+    while end > 0 and payload[end - 1] == 92:  # '\\': an escaped quote (rare): find the real end
+        k = end - 1
+        while k > j and payload[k] == 92:
+            k -= 1
+        if (end - 1 - k) % 2 == 0:
+            break
+        end = payload.find(b'"', end + 1, j + 2 + MAX_MODEL_BYTES)
+    if end < 0 or end == j + 1:
+        return None
+    raw = payload[j : end + 1]
+    if b"\\" not in raw:
+        try:
+            return raw[1:-1].decode()
+        except UnicodeDecodeError:
+            return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, str) and value else None
 
 
 def _has_output(payload: bytes, keys: tuple[bytes, ...] = _OUTPUT_KEYS) -> bool:

@@ -67,6 +67,7 @@ class RequestRecord(msgspec.Struct, omit_defaults=True, gc=False):
     t: float
     endpoint: str = "/v1/chat/completions"
     model: str | None = None
+    response_model: str | None = None  # the upstream's "model" (None: none sent, or equal not checked)
     stream: bool = True
     input_tokens: int | None = None
     input_estimated: bool = False  # input_tokens is the gateway's bytes/4 estimate (no usage was sent)

@@ -49,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
         f"--fail-if grammar: {FAIL_IF_GRAMMAR}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("sides", nargs="+", metavar="RUN", help="run directory, results.json, or slogate trace file/dir")
+    p.add_argument("sides", nargs="+", metavar="RUN",
+                   help="run directory, results.json, slogate trace file/dir, or an AIPerf export "
+                        "(artifact dir, profile_export_aiperf.json or profile_export.jsonl)")
     p.add_argument("--fail-if", action="append", default=[], metavar="EXPR",
                    help="exit 1 when EXPR holds for any non-baseline side, e.g. 'goodput_rps<-5%%'")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
@@ -130,6 +132,8 @@ def load_sides(paths: Sequence[str], slo_specs: Sequence[str]) -> list[Side]:
 
 def _try_run(path: str) -> Side | None:
     p = Path(path)
+    if p.suffix == ".jsonl" or p.name.startswith("profile_export"):
+        return None  # an AIPerf export: loaded with the runs' SLO, like a trace
     if (p.is_dir() and (p / "results.json").is_file()) or (p.is_file() and p.name.endswith(".json")):
         return load_side(p)
     return None
@@ -245,9 +249,11 @@ def _print_sources(sides: Sequence[Side], cis: CIs | None = None) -> None:
     if cis and any(c for c in cis):
         print("  Δ% * = beyond the 95% bootstrap CI of the change (significant), ~ = within it (noise)")
     for s in sides:
-        extra = " (captured trace, summarized over its span)" if s.kind == "trace" else ""
+        extra = {"trace": " (captured trace, summarized over its span)", "aiperf": " (AIPerf export)"}.get(s.kind, "")
         degraded = f"  DEGRADED: {'; '.join(s.results.summary.degraded_reasons)}" if s.results.summary.degraded else ""
         print(f"  {s.name}: {s.source}{extra}{degraded}")
+        for note in s.notes:
+            print(f"    {note}")
 
 
 def print_checks(bounds: Sequence[object], violations: Sequence[Violation]) -> None:

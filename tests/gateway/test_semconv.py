@@ -77,3 +77,28 @@ def test_5000_model_names_give_bounded_series(known) -> None:
         sets = {tuple(sorted((k, v) for k, v in s.labels.items() if k != "le")) for s in fam.samples}
         assert len(sets) <= 2 * n_models, (name, len(sets))
     assert sum(s.value for s in fams["slogate_requests"].samples) == 5000
+
+
+def test_response_model_is_the_upstreams_model() -> None:
+    """A request without "model": gen_ai_request_model is `none`, gen_ai_response_model the name the
+    sim answered with (read from its first SSE chunk / JSON body by the observer)."""
+    with start_sim(timing="constant", ttft_ms=5, itl_ms=1) as sim, start_gateway(sim.url) as gw:
+        for stream in (True, False):
+            body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": stream}
+            status, _, _ = http_request(gw.url, "POST", "/v1/chat/completions", orjson.dumps(body),
+                                        {"Content-Type": "application/json"})
+            assert status == 200
+        samples = metric_samples(gw.url)
+    pairs = [(labels["gen_ai_request_model"], labels["gen_ai_response_model"], n)
+             for labels, n in samples["gen_ai_server_request_duration_seconds_count"]]
+    assert pairs == [("none", SIM_MODEL, 2.0)]
+
+
+def test_response_model_folds_into_the_bounded_set() -> None:
+    m = LiveMetrics([], known_models=["alias"])
+    m.observe(RequestRecord(t=0.0, model="alias", response_model="unlisted-real-name", e2e=0.2), (), None)
+    m.observe(RequestRecord(t=0.0, model="alias", response_model="alias", e2e=0.2), (), None)
+    labels = [s.labels for s in _families(m)["gen_ai_server_request_duration_seconds"].samples
+              if s.name.endswith("_count")]
+    assert sorted((x["gen_ai_request_model"], x["gen_ai_response_model"]) for x in labels) == [
+        ("alias", "alias"), ("alias", "other")]
