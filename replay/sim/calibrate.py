@@ -13,6 +13,7 @@ import asyncio
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -92,14 +93,15 @@ def _tokens(rec: RequestRecord, words: int) -> int:
 
 async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int, ...] = (16, 256, 1024),
                   batches: tuple[int, ...] = (1, 4, 8), long_words: int = 2048, decode_tokens: int = 48,
-                  repeats: int = 3, timeout_s: float = 120.0,
-                  forcing: Forcing | None = None) -> tuple[list[Sample], bool]:
+                  repeats: int = 3, timeout_s: float = 120.0, forcing: Forcing | None = None,
+                  between: Callable[[], Awaitable[object]] | None = None) -> tuple[list[Sample], bool]:
     """Run the design; returns the samples and whether the server batches concurrent requests.
 
     Every prompt size is sent as the workload would send it (`decode_tokens` forced outputs), so each
     request yields a prefill sample (its TTFT) and a decode sample (its TPOT at context n + out/2);
     the sizes are sent round-robin, `repeats` rounds, and each point keeps its median, so a burst of
     load on a shared machine hits one round of every size, not every repeat of one size.
+    `between` runs after each round: a workload interleaved with the design sees the same load.
     """
     p = Prober(url, model, timeout_s, forcing or await server_forcing(url))
     try:
@@ -109,6 +111,8 @@ async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int
         for _ in range(repeats):
             for words in sizes:
                 rounds[words].append(await p.one(words, decode_tokens))
+            if between is not None:
+                await between()
         samples: list[Sample] = []
         for words, recs in rounds.items():
             n = _tokens(recs[0], words)

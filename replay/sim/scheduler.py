@@ -48,6 +48,7 @@ class SimReq:
 
 
 V0_MAX_PADDINGS = 256  # vLLM 0.2.x SchedulerConfig.max_paddings (its default)
+V0_WATERMARK = 0.01  # vLLM 0.2.x BlockSpaceManager(watermark=0.01)
 
 
 class Scheduler:
@@ -59,6 +60,9 @@ class Scheduler:
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.v0 = policy == "v0"
+        # V0 admits a prompt only if 1 % of the blocks stay free after it (vllm/core/block_manager.py,
+        # watermark=0.01 in v0.2-0.4), so that running decodes can still grow; V1 has no watermark
+        self.watermark = int(V0_WATERMARK * kv.num_blocks) if self.v0 else 0
         self.running: list[SimReq] = []
         self.waiting: deque[SimReq] = deque()
         self.batch: list[SimReq] = []  # requests in the step being run
@@ -122,8 +126,9 @@ class Scheduler:
             if victim is req:
                 return False
 
-    def _admit(self, req: SimReq, budget: int, now: float, chunked: bool) -> int:
-        """Try to start a waiting request; returns its scheduled tokens (0 = could not)."""
+    def _admit(self, req: SimReq, budget: int, now: float, chunked: bool, reserve: int = 0) -> int:
+        """Try to start a waiting request; returns its scheduled tokens (0 = could not). `reserve`
+        blocks must stay free after it (V0's watermark)."""
         kv = self.kv
         total = req.prompt_tokens + req.num_generated
         hits: list[int] = []
@@ -137,7 +142,7 @@ class Scheduler:
                 return 0
             n = budget if chunked else n
         need = (computed + n + kv.block_size - 1) // kv.block_size - len(hits)
-        if need > kv.num_free() - kv.evictable_among(hits):
+        if need + reserve > kv.num_free() - kv.evictable_among(hits):
             return 0
         kv.touch(hits)
         req.blocks = hits + (kv.allocate(need) or [])
@@ -223,7 +228,7 @@ class Scheduler:
             padded = len(new) * max(new)
             if lens and (padded > self.max_num_batched_tokens or padded - sum(new) > V0_MAX_PADDINGS):
                 break
-            got = self._admit(req, self.max_num_batched_tokens, now, chunked=False)
+            got = self._admit(req, self.max_num_batched_tokens, now, chunked=False, reserve=self.watermark)
             if got == 0:
                 break
             waiting.popleft()
