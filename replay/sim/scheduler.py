@@ -266,7 +266,7 @@ class Scheduler:
         the next step is not such a step; form it normally)."""
         running = self.running
         b = len(running)
-        if self.waiting or b < 2 or b > self.max_num_batched_tokens:
+        if self.waiting or not b or b > self.max_num_batched_tokens:
             return t, 0
         m = 1 << 30  # steps until the first request's last token (that step runs normally)
         ctx = 0
