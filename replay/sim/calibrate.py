@@ -13,6 +13,7 @@ import asyncio
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -92,14 +93,16 @@ def _tokens(rec: RequestRecord, words: int) -> int:
 
 async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int, ...] = (16, 256, 1024),
                   batches: tuple[int, ...] = (1, 4, 8), long_words: int = 2048, decode_tokens: int = 48,
-                  repeats: int = 3, timeout_s: float = 120.0,
-                  forcing: Forcing | None = None) -> tuple[list[Sample], bool]:
+                  repeats: int = 3, timeout_s: float = 120.0, forcing: Forcing | None = None,
+                  between: Callable[[], Awaitable[object]] | None = None) -> tuple[list[Sample], bool]:
     """Run the design; returns the samples and whether the server batches concurrent requests.
 
     Every prompt size is sent as the workload would send it (`decode_tokens` forced outputs), so each
     request yields a prefill sample (its TTFT) and a decode sample (its TPOT at context n + out/2);
     the sizes are sent round-robin, `repeats` rounds, and each point keeps its median, so a burst of
     load on a shared machine hits one round of every size, not every repeat of one size.
+    `between` runs after each design request: a workload interleaved with the design request by
+    request sees the same machine load as the design.
     """
     p = Prober(url, model, timeout_s, forcing or await server_forcing(url))
     try:
@@ -109,6 +112,8 @@ async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int
         for _ in range(repeats):
             for words in sizes:
                 rounds[words].append(await p.one(words, decode_tokens))
+                if between is not None:
+                    await between()
         samples: list[Sample] = []
         for words, recs in rounds.items():
             n = _tokens(recs[0], words)
@@ -136,7 +141,10 @@ CURVED = 0.05  # a linear prefill fit missing a design point by more than this: 
 
 
 def fit(samples: list[Sample], *, batches: bool = True) -> tuple[LinearCoefficients, float]:
-    """Least squares for A, B, C, D and the TTFT overhead (prefill rows carry it, decode rows do not);
+    """Least squares for A, B, C, D and the TTFT overhead (prefill rows carry it, decode rows do
+    not), each kind of row divided by its mean: prefill TTFTs and decode TPOTs are measured on
+    scales apart (10 s against 30 ms on a slow CPU), and unweighted the prefill rows swamp the
+    decode ones (llama.cpp's TPOT came out 14 % low); within a kind the rows keep equal weight;
     E (quadratic attention) only when the prompts' TTFT is visibly curved, since fitting it to a
     straight line only adds noise to B.
 
@@ -160,12 +168,15 @@ def _fit(samples: list[Sample], *, batches: bool, attention: bool) -> tuple[Line
     if not attention:
         names.remove("e")
     rows, ys = [], []
+    kinds = {s.kind for s in samples}
+    scale = {k: statistics.fmean(s.step_ms for s in samples if s.kind == k) or 1.0 for k in kinds}
     for s in samples:
         attn = s.new_tokens * s.new_tokens / 2 if s.kind == "prefill" else float(s.kv_tokens)
         full = {"a": 1.0, "b": float(s.new_tokens), "c": float(s.seqs), "d": float(s.kv_tokens), "e": attn,
                 "overhead": 1.0 if s.kind == "prefill" else 0.0}
-        rows.append([full[k] for k in names])
-        ys.append(s.step_ms)
+        w = 1.0 / scale[s.kind]  # TTFT and TPOT rows count alike (see fit)
+        rows.append([w * full[k] for k in names])
+        ys.append(w * s.step_ms)
     cols = len(names)
     if len(rows) < cols:
         raise UsageError(f"calibrate: {len(rows)} design points cannot fit {cols} constants")

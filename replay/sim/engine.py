@@ -75,6 +75,7 @@ class Engine:
         self.wake = asyncio.Event() if clock.real else None
         self.busy_time = 0.0
         self.stopped = False
+        self.coalesce = True  # virtual clock: run plain decode steps in one go (Scheduler.run_decodes)
         # real clock: writing a big batch's tokens takes a few ms; start the pass half of that
         # early so emission errors centre on zero instead of all being late
         self.lead = 0.0
@@ -162,6 +163,7 @@ class Engine:
             return
         clock, sched, step = self.clock, self.sched, self.step_fn
         assert step is not None
+        coalesce = self.coalesce and not clock.real and self.scale is None
         t = clock.now()
         while not self.stopped:
             if self.pending:
@@ -172,6 +174,13 @@ class Engine:
                     return
                 t = max(t, nxt)
                 continue
+            if coalesce:  # virtual clock: a run of plain decode steps at once (same token times)
+                t_end, k = sched.run_decodes(t, self.pending[0][0] if self.pending else math.inf, step)
+                if k:
+                    self.busy_time += t_end - t
+                    t = t_end
+                    await clock.sleep_until(t)
+                    continue
             if not sched.schedule(t):
                 head = sched.waiting[0]
                 if head.arrival > t:  # real clock behind: the next step starts when it arrived

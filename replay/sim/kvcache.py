@@ -87,11 +87,12 @@ class KVCache:
             ref[b] = 1
         if k < n:
             lru, hashes, by_hash = self._lru, self._hash, self._by_hash
+            popitem, pop = lru.popitem, by_hash.pop
             for _ in range(n - k):
-                b, _ = lru.popitem(last=False)
-                h = hashes[b]
-                if by_hash.get(h) == b:
-                    del by_hash[h]
+                b = popitem(last=False)[0]
+                other = pop(hashes[b], b)  # one hash lookup in the usual case (the block holds its hash)
+                if other != b:
+                    by_hash[hashes[b]] = other
                 hashes[b] = None
                 ref[b] = 1
                 out.append(b)

@@ -2,7 +2,8 @@
 
 V1: a token budget per step, running requests first in admission order, then waiting ones while
 running < max_num_seqs; chunked prefill; preempt the newest running request when blocks run out
-(recompute later). Bookkeeping with ints and lists only: it never sleeps, never does I/O.
+(recompute later). On the virtual clock, runs of plain decode steps go in one call (run_decodes).
+Bookkeeping with ints and lists only: it never sleeps, never does I/O.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class SimReq:
 
 
 V0_MAX_PADDINGS = 256  # vLLM 0.2.x SchedulerConfig.max_paddings (its default)
+V0_WATERMARK = 0.01  # vLLM 0.2.x BlockSpaceManager(watermark=0.01)
 
 
 class Scheduler:
@@ -58,6 +60,9 @@ class Scheduler:
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.v0 = policy == "v0"
+        # V0 admits a prompt only if 1 % of the blocks stay free after it (vllm/core/block_manager.py,
+        # watermark=0.01 in v0.2-0.4), so that running decodes can still grow; V1 has no watermark
+        self.watermark = int(V0_WATERMARK * kv.num_blocks) if self.v0 else 0
         self.running: list[SimReq] = []
         self.waiting: deque[SimReq] = deque()
         self.batch: list[SimReq] = []  # requests in the step being run
@@ -121,8 +126,9 @@ class Scheduler:
             if victim is req:
                 return False
 
-    def _admit(self, req: SimReq, budget: int, now: float, chunked: bool) -> int:
-        """Try to start a waiting request; returns its scheduled tokens (0 = could not)."""
+    def _admit(self, req: SimReq, budget: int, now: float, chunked: bool, reserve: int = 0) -> int:
+        """Try to start a waiting request; returns its scheduled tokens (0 = could not). `reserve`
+        blocks must stay free after it (V0's watermark)."""
         kv = self.kv
         total = req.prompt_tokens + req.num_generated
         hits: list[int] = []
@@ -136,7 +142,7 @@ class Scheduler:
                 return 0
             n = budget if chunked else n
         need = (computed + n + kv.block_size - 1) // kv.block_size - len(hits)
-        if need > kv.num_free() - kv.evictable_among(hits):
+        if need + reserve > kv.num_free() - kv.evictable_among(hits):
             return 0
         kv.touch(hits)
         req.blocks = hits + (kv.allocate(need) or [])
@@ -222,7 +228,7 @@ class Scheduler:
             padded = len(new) * max(new)
             if lens and (padded > self.max_num_batched_tokens or padded - sum(new) > V0_MAX_PADDINGS):
                 break
-            got = self._admit(req, self.max_num_batched_tokens, now, chunked=False)
+            got = self._admit(req, self.max_num_batched_tokens, now, chunked=False, reserve=self.watermark)
             if got == 0:
                 break
             waiting.popleft()
@@ -247,6 +253,68 @@ class Scheduler:
             if req not in running or not self._grow(req, n):
                 continue
             self._take(req, n)
+
+    # -- virtual clock: plain decode steps in one go -------------------------------------------
+
+    def run_decodes(self, t: float, horizon: float, step: Callable[[int, int, int, float], float]
+                    ) -> tuple[float, int]:
+        """Run consecutive steps that only decode (nothing waiting, every running request one
+        token from its next output, none finishing, blocks to spare) without forming each step:
+        the same step times (same jitter draws, in order) and token times as stepping one by one
+        (blocks are allocated, and full ones hashed, once for the run). Stops after the step that
+        ends at or past `horizon` (the next arrival). Returns the end time and the steps run (0:
+        the next step is not such a step; form it normally)."""
+        running = self.running
+        b = len(running)
+        if self.waiting or not b or b > self.max_num_batched_tokens:
+            return t, 0
+        m = 1 << 30  # steps until the first request's last token (that step runs normally)
+        ctx = 0
+        for req in running:
+            c = req.num_computed
+            if c != req.prompt_tokens + req.num_generated - 1:  # prefilling (or a chunk left)
+                return t, 0
+            left = req.output_tokens - req.num_generated - 1
+            if left < m:
+                m = left
+            ctx += c
+        if m < 2:
+            return t, 0
+        kv, bs = self.kv, self.kv.block_size
+        if sum(max(0, (r.num_computed + m + bs - 1) // bs - len(r.blocks)) for r in running) > kv.num_free():
+            return t, 0  # blocks may run out on the way: the normal path preempts
+        times: list[float] = []
+        kv_tokens, attn = ctx + b, ctx + 0.5 * b  # as _schedule_v1 sums them for n = 1
+        for _ in range(m):
+            t += step(b, b, kv_tokens, attn)
+            times.append(t)
+            if t >= horizon:
+                break
+            kv_tokens += b
+            attn += b
+        k = len(times)
+        caching = kv.prefix_caching
+        for req in running:
+            c = req.num_computed = req.num_computed + k
+            req.num_generated += k
+            need = (c + bs - 1) // bs - len(req.blocks)
+            if need > 0:
+                req.blocks += kv.allocate(need) or []
+            if caching and c >= (req.nhashed + 1) * bs:
+                self._register_full(req, c)
+            emit = req.emit
+            for tt in times:
+                emit(tt)
+        self.steps += k
+        return t, k
+
+    def _register_full(self, req: SimReq, computed: int) -> None:
+        """Give the request's newly full blocks their chained hashes (prefix caching)."""
+        kv = self.kv
+        full = computed // kv.block_size
+        for j in range(req.nhashed, full):
+            kv.register(req.blocks[j], req.block_hash(j))
+        req.nhashed = full
 
     # -- finishing a step --------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from slogate.replay.sim.engine import SimConfig, SimRequest, closed_loop, run_virtual, simulate  # noqa: E402
 from slogate.traces.metrics import percentile  # noqa: E402
-from tests.sim.groundtruth import ci_latency, compare, knee  # noqa: E402
+from tests.sim.groundtruth import DISTSERVE_KV_BLOCKS, ci_latency, compare, knee  # noqa: E402
 from tests.sim.realclient import hist_quantile, raw_streams, run_plan  # noqa: E402
 from tests.sim.test_fidelity import plan  # noqa: E402
 from tests.simserver import start_sim  # noqa: E402
@@ -64,7 +64,8 @@ def ground_truth() -> dict:
     k_real, k_sim = knee(rows, "real"), knee(rows, "sim")
     return {"source": "LLMServe/DistServe@20a1633 alignment data: vLLM V0, OPT-13B, 1x A100-80GB, ShareGPT, "
                       "Poisson 1-4 req/s (tests/bench/ground_truth/README.md)",
-            "config": "--gpu a100-80g --model opt-13b --scheduler v0", "levels": rows,
+            "config": f"--gpu a100-80g --model opt-13b --scheduler v0 --kv-blocks {DISTSERVE_KV_BLOCKS}",
+            "levels": rows,
             "median_abs_err_pct": {m: round(statistics.median(v), 1) for m, v in errs.items()},
             "p90_abs_err_pct": {m: round(pct(v, 90), 1) for m, v in errs.items()},
             "knee_ttft_p90_1s_req_s": {"real": round(k_real, 2) if k_real else None,

@@ -158,3 +158,40 @@ def test_precision_tp_and_overrides_change_timing():
     assert build(SimConfig(kv_dtype="fp8")).kv_blocks > 1.9 * build(SimConfig()).kv_blocks
     mix = build(SimConfig(model="mixtral-8x7b", tp=2))
     assert mix.kv_blocks > 0
+
+
+@pytest.mark.parametrize("config", [
+    SimConfig(gpu="l4", model="llama-3-8b", seed=4),  # prefix caching, chunked prefill, V1
+    SimConfig(gpu="l4", model="llama-3-8b", kv_blocks=300, seed=5),  # blocks run out: preemptions
+    SimConfig(gpu="a100-80g", model="opt-13b", scheduler="v0", seed=6),
+], ids=["v1", "preempting", "v0"])
+def test_coalesced_decode_steps_give_the_same_token_times(config):
+    """Scheduler.run_decodes (virtual clock) runs plain decode steps in one go; every token time,
+    step count and preemption must equal stepping one by one."""
+    import random
+
+    from slogate.replay.sim.clock import VirtualClock, drive
+    from slogate.replay.sim.config import build
+    from slogate.replay.sim.engine import Engine
+    from slogate.replay.sim.scheduler import SimReq
+
+    rng = random.Random(7)
+    shapes, t = [], 0.0
+    for _ in range(150):
+        t += rng.expovariate(6.0)
+        shapes.append((t, rng.randint(8, 900), rng.randint(1, 300), rng.randint(0, 3)))
+
+    def run(coalesce):
+        engine = Engine(build(config), VirtualClock())
+        engine.coalesce = coalesce
+        times: list[list[float]] = []
+        for uid, (arrival, prompt, out, prefix) in enumerate(shapes):
+            times.append([])
+            hashes = [("p", prefix, i) for i in range(prompt // 16)]  # four shared prefixes
+            engine.submit(SimReq(uid, arrival, prompt, out, hashes, times[-1].append))
+        drive(engine.run())
+        return times, engine.sched.steps, engine.sched.num_preemptions, engine.kv.hits
+
+    fast, slow = run(True), run(False)
+    assert fast == slow
+    assert sum(map(len, fast[0])) == sum(s[2] for s in shapes)

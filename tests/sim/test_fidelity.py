@@ -8,7 +8,8 @@ import statistics
 import msgspec
 
 from slogate.replay.sim.engine import SimConfig, SimRequest, simulate
-from tests.sim.groundtruth import ci_latency, compare, knee
+from slogate.replay.sim.scheduler import V0_WATERMARK
+from tests.sim.groundtruth import DISTSERVE_KV_BLOCKS, ci_latency, compare, knee, load, peak_blocks_in_use
 from tests.sim.realclient import run_plan
 
 
@@ -52,19 +53,45 @@ def test_v1_ci_latency_anchors_within_10_percent():
 def test_vllm_v0_ground_truth_below_saturation():
     """DistServe's per-request vLLM (V0) runs, OPT-13B on one A100, replayed with --scheduler v0.
 
-    Reached: medians within 10 % and p90s within 20 % at 1, 1.5 and 2.5 req/s; the knee (TTFT p90
-    crosses 1 s) within 10 %. Not reached, and not asserted: the 2 req/s run (its real TPOT is 21 %
-    above the simulator's and above the real 2.5 req/s run's), and TTFT beyond the knee (3–4 req/s),
-    where the real engine queues earlier than the simulated one.
+    Reached: medians within 10 % and p90s within 20 % at 1, 1.5, 2.5 and 3.5 req/s; the knee (TTFT
+    p90 crosses 1 s) within 10 %. Not reached, and not asserted: the 2 req/s runs (their engine was
+    slower, test_two_req_s_runs_ran_on_a_slower_engine), the TTFT tail at the knee (3 req/s: a burst
+    tips the real engine over its KV capacity, the simulated one stays just below) and the queue in
+    overload (4 req/s TTFT p50).
     """
     rows = {r["rate_req_s"]: r for r in compare()}
-    for rate in (1.0, 1.5, 2.5):
+    for rate in (1.0, 1.5, 2.5, 3.5):
         r = rows[rate]
         for m in ("ttft", "tpot"):
             assert abs(r[f"{m}_p50_err_pct"]) <= 10.0, (rate, m, r)
             assert abs(r[f"{m}_p90_err_pct"]) <= 20.0, (rate, m, r)
-    for rate in (3.0, 3.5, 4.0):  # TPOT stays within 10 % even past saturation
+    for rate in (3.0, 4.0):  # TPOT stays within 10 % even past saturation
         assert abs(rows[rate]["tpot_p50_err_pct"]) <= 10.0, rows[rate]
     k_real, k_sim = knee(list(rows.values()), "real"), knee(list(rows.values()), "sim")
     assert k_real is not None and k_sim is not None
     assert abs(k_sim - k_real) / k_real <= 0.10, (k_real, k_sim)
+
+
+def test_distserve_kv_capacity_is_what_the_saturated_runs_hold():
+    """DISTSERVE_KV_BLOCKS is the real engine's capacity as its saturated runs show it: each peaks
+    within 2 % of it less V0's 1 % watermark; the unsaturated runs stay well below."""
+    runs = load()
+    usable = DISTSERVE_KV_BLOCKS - int(V0_WATERMARK * DISTSERVE_KV_BLOCKS)
+    for rate in (3.0, 3.5, 4.0):
+        assert abs(peak_blocks_in_use(runs[rate]) - usable) <= 0.02 * usable, rate
+    assert peak_blocks_in_use(runs[2.5]) < 0.7 * usable
+
+
+def test_two_req_s_runs_ran_on_a_slower_engine():
+    """Why the 2 req/s row is not a model error: every run starts with the same request (55 prompt
+    tokens, 4 output tokens) into an empty engine. In the 2 req/s run it decodes 16 % slower than in
+    the 1.5 and 2.5-4 req/s runs, and the same requests decode slower at 2 than at 2.5 req/s (more
+    load). The 100-request 2 req/s run in DistServe's data shows the same (29.0 ms, README)."""
+    runs = load()
+    first = {rate: reqs[0] for rate, reqs in runs.items()}
+    assert all(f["prompt_tokens"] == 55 and f["output_tokens"] == 4 for f in first.values())
+    usual = statistics.median(first[r]["tpot_ms"] for r in (1.5, 2.5, 3.0, 3.5, 4.0))
+    assert first[2.0]["tpot_ms"] > 1.15 * usual, (first[2.0], usual)
+    a, b = runs[2.0][:150], runs[2.5][:150]
+    assert [r["prompt_tokens"] for r in a] == [r["prompt_tokens"] for r in b]
+    assert sum(x["tpot_ms"] > y["tpot_ms"] for x, y in zip(a, b, strict=True)) > 0.7 * len(a)
