@@ -25,12 +25,12 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_output import aligned_rows, save_json  # noqa: E402
+from bench_output import aligned_rows, save_json
 
-from slogate.traces.reader import read_trace  # noqa: E402
-from tests.realservers import start_gateway  # noqa: E402
-from tests.servers import free_port  # noqa: E402
-from tests.simserver import start_sim  # noqa: E402
+from slogate.traces.reader import read_trace
+from tests.realservers import start_gateway
+from tests.servers import free_port
+from tests.simserver import start_sim
 
 MODEL = "llama-3-8b"
 KINDS = (  # (kind, weight, x-slogate-fault header or None)

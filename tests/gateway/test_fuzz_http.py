@@ -88,7 +88,7 @@ def requests(draw: st.DrawFn) -> Req:
                                              (b"GET", b"/healthz"), (b"GET", b"/nope"), (b"POST", b"/v1/completions")]))
         body = chat if path == b"/v1/chat/completions" else (
             orjson.dumps({"model": SIM_MODEL, "prompt": CANARY, "max_tokens": 2}) if method == b"POST" else b"")
-        headers = [(b"Host", b"x")] + draw(st.lists(st.sampled_from(SECRET_HEADERS), max_size=2))
+        headers = [(b"Host", b"x"), *draw(st.lists(st.sampled_from(SECRET_HEADERS), max_size=2))]
         if body:
             headers.append((b"Content-Type", b"application/json"))
             if draw(st.booleans()):
@@ -305,7 +305,7 @@ def test_hostile_requests_leave_the_gateway_serving(fuzzed: Fuzzed, case: Case) 
 
 
 @pytest.mark.slow
-@settings(FUZZ, max_examples=400)
+@settings(FUZZ, max_examples=1000)
 @given(case=cases())
 def test_hostile_requests_many(fuzzed: Fuzzed, case: Case) -> None:
     run_case(fuzzed, case)
