@@ -58,6 +58,7 @@ class LiveMetrics:
         # With a known model list, anything else folds into "other"; without one, the first
         # `max_models` distinct names are kept. Either way the series count is bounded.
         self.known_models: frozenset[str] | None = frozenset(known_models) if known_models else None
+        self.listed_models: frozenset[str] | None = None  # what the upstreams' /v1/models list (model_list.py)
         self._models: set[str] = set()
         self.provider = provider
         self.legacy = legacy_model_label
@@ -89,7 +90,13 @@ class LiveMetrics:
         self.loop_lag = 0.0
         self.histograms = (self.ttft, self.tpot, self.duration, self.tokens, self.itl, self.queue, self.overhead)
 
-    def model_label(self, model: str | None) -> str:
+    def list_models(self, names: frozenset[str]) -> None:
+        """The names the upstreams' `/v1/models` list now (gateway/model_list.py): the label candidates."""
+        self.listed_models = names
+
+    def model_label(self, model: str | None, served: bool = True) -> str:
+        """`model` as a label value: names the config declares, else names the upstreams list, else
+        (no list known) the first `max_models` names an upstream `served` (2xx); any other is "other"."""
         if model is None:
             return LABEL_NONE
         if model in self._models:
@@ -99,7 +106,8 @@ class LiveMetrics:
                 self._models.add(model)
                 return model
             return LABEL_OTHER
-        if len(self._models) < self.max_models and len(model) <= 128:
+        allowed = served if self.listed_models is None else model in self.listed_models
+        if allowed and len(self._models) < self.max_models and len(model) <= 128:
             self._models.add(model)
             return model
         return LABEL_OTHER
@@ -108,7 +116,7 @@ class LiveMetrics:
         """The semconv label values of one record (plus the legacy `model` when enabled).
 
         gen_ai_response_model is the request model: the record keeps one model name (the request's)."""
-        model = self.model_label(record.model)
+        model = self.model_label(record.model, 200 <= record.status < 300)  # a rejected name takes no slot
         op = OPERATIONS.get(record.endpoint, LABEL_OTHER)
         if self.legacy:
             return (op, self.provider, model, model, model)
