@@ -1,7 +1,7 @@
 """A raw asyncio HTTP/1.1 server on 127.0.0.1 that answers with framing a strict client must handle or refuse.
 
 The request path (or `?case=NAME` on any path, e.g. a measured endpoint) picks the answer
-(`RESPONSES`, `ENDINGS`); the response body echoes the request's `?id=` so a desynchronised client
+(`RESPONSES`, `ENDINGS`; `echo` answers with the request head it got); the response body echoes the request's `?id=` so a desynchronised client
 shows up as the wrong body. Runs in the test's loop (`serve`) or in a thread
 of its own for a subprocess gateway (`in_thread`). Never used outside tests.
 """
@@ -79,7 +79,10 @@ class _Hostile(asyncio.Protocol):
             rid = params.get(b"id") or b"-"
             if b"case" in params:  # a measured endpoint (…/chat/completions?case=after-done) answering a case
                 path = b"/v1/" + params[b"case"]
-            wire = RESPONSES.get(path, RESPONSES[b"/v1/ok"])(rid)
+            if path == b"/v1/echo":  # the request head as the upstream got it, as the body
+                wire = OK + b"Content-Length: %d\r\n\r\n%s" % (len(head), head)
+            else:
+                wire = RESPONSES.get(path, RESPONSES[b"/v1/ok"])(rid)
             for i in range(0, len(wire), 1000):  # several reads on the other side
                 self.transport.write(wire[i : i + 1000])  # type: ignore[attr-defined]
             ending = ENDINGS.get(path)
