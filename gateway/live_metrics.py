@@ -96,7 +96,8 @@ class LiveMetrics:
 
     def model_label(self, model: str | None, served: bool = True) -> str:
         """`model` as a label value: names the config declares, else names the upstreams list, else
-        (no list known) the first `max_models` names an upstream `served` (2xx); any other is "other"."""
+        (no list known) the first `max_models` names an upstream `served` (did not reject with a 4xx);
+        any other is "other"."""
         if model is None:
             return LABEL_NONE
         if model in self._models:
@@ -116,7 +117,7 @@ class LiveMetrics:
         """The semconv label values of one record (plus the legacy `model` when enabled).
 
         gen_ai_response_model is the request model: the record keeps one model name (the request's)."""
-        model = self.model_label(record.model, 200 <= record.status < 300)  # a rejected name takes no slot
+        model = self.model_label(record.model, not 400 <= record.status < 500)  # a 4xx-rejected name takes no slot
         op = OPERATIONS.get(record.endpoint, LABEL_OTHER)
         if self.legacy:
             return (op, self.provider, model, model, model)

@@ -29,6 +29,7 @@ def test_rejected_names_take_no_label_slot() -> None:
     assert all(_label(m, f"bogus-{i}", 404) == "other" for i in range(100))
     assert [_label(m, n) for n in ("a", "b", "c", "d", "e")] == ["a", "b", "c", "d", "other"]
     assert _label(m, "a", 404) == "a"  # a served name keeps its label when a later request fails
+    assert _label(LiveMetrics([]), "x", 500) == "x"  # an upstream failure does not say the name is bad
 
 
 def test_listed_names_are_the_only_labels_and_stay_capped() -> None:
