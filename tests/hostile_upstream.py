@@ -93,6 +93,8 @@ class _Hostile(asyncio.Protocol):
                 return
 
     def _end(self, ending: str) -> None:
+        if self.transport.is_closing():  # type: ignore[attr-defined]
+            return  # the gateway closed first
         if ending == "reset":
             sock = self.transport.get_extra_info("socket")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close → RST
