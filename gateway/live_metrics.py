@@ -35,6 +35,7 @@ OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01
 
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "function_call", "content_filter", "error", "abort"})
 LABEL_OTHER = "other"
+REJECTED = frozenset({400, 404})  # what an upstream answers for a model it does not serve (vLLM: 404)
 LABEL_NONE = "none"
 # gen_ai.operation.name per OpenAI-compatible endpoint (semconv well-known values).
 OPERATIONS = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion", "/v1/embeddings": "embeddings"}
@@ -96,7 +97,7 @@ class LiveMetrics:
 
     def model_label(self, model: str | None, served: bool = True) -> str:
         """`model` as a label value: names the config declares, else names the upstreams list, else
-        (no list known) the first `max_models` names an upstream `served` (did not reject with a 4xx);
+        (no list known) the first `max_models` names an upstream `served` (did not answer 400/404);
         any other is "other"."""
         if model is None:
             return LABEL_NONE
@@ -117,7 +118,7 @@ class LiveMetrics:
         """The semconv label values of one record (plus the legacy `model` when enabled).
 
         gen_ai_response_model is the request model: the record keeps one model name (the request's)."""
-        model = self.model_label(record.model, not 400 <= record.status < 500)  # a 4xx-rejected name takes no slot
+        model = self.model_label(record.model, record.status not in REJECTED)  # a rejected name takes no slot
         op = OPERATIONS.get(record.endpoint, LABEL_OTHER)
         if self.legacy:
             return (op, self.provider, model, model, model)

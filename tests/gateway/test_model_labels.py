@@ -30,6 +30,7 @@ def test_rejected_names_take_no_label_slot() -> None:
     assert [_label(m, n) for n in ("a", "b", "c", "d", "e")] == ["a", "b", "c", "d", "other"]
     assert _label(m, "a", 404) == "a"  # a served name keeps its label when a later request fails
     assert _label(LiveMetrics([]), "x", 500) == "x"  # an upstream failure does not say the name is bad
+    assert _label(LiveMetrics([]), "y", 429) == "y"  # nor does admission
 
 
 def test_listed_names_are_the_only_labels_and_stay_capped() -> None:
