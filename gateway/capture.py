@@ -4,11 +4,14 @@ The hot path only decides sampling (seeded RNG) and appends to a list; every 50 
 to `TraceWriter.submit` (a `put_nowait` on a bounded queue), so the writer thread wakes once per
 batch, not once per request. Canonical prompt bytes and prefix hashing run in the writer thread.
 A full queue drops and counts the record; capture never delays a response or logs prompt content.
+Lost records (disk full, writer errors, full queue) log one warning per episode, with the path and
+reason, and one line when writes succeed again; in between only the counters move.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from typing import Any
@@ -22,6 +25,8 @@ from slogate.traces.usage import UsageError
 from slogate.traces.writer import TraceWriter, WriterConfig
 
 BATCH_S = 0.05  # records wait at most this long on the event loop before going to the writer
+WATCH_S = 1.0  # while records are being lost, look at the writer's counters this often
+log = logging.getLogger("slogate.gateway")
 
 
 class Capture:
@@ -68,6 +73,9 @@ class Capture:
         self._batch: list[tuple[RequestRecord, Any, str | None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
+        self._watch_handle: asyncio.TimerHandle | None = None
+        self._seen = (0, 0)  # (written, lost) at the last look
+        self._episode_lost = 0  # records lost since the current episode began (0: none running)
 
     def start(self) -> None:
         """Start the writer thread; called on the event loop, records are then batched."""
@@ -102,6 +110,31 @@ class Capture:
         batch, self._batch = self._batch, []
         for record, body, value in batch:
             self._submit(record, body, value)
+        self.watch()
+        if self._watch_handle is None and self._loop is not None:
+            self._watch_handle = self._loop.call_later(WATCH_S, self._watch_timer)
+
+    def watch(self) -> None:
+        """Log the start of a loss episode once (path, reason) and its end once; counters only between."""
+        written, lost = self.counts()
+        new_written, new_lost = written - self._seen[0], lost - self._seen[1]
+        self._seen = (written, lost)
+        if new_lost and not self._episode_lost:
+            reason = self.writer.last_error if self.writer.errors else "the writer's queue is full"
+            log.warning("trace records are being lost (%s; trace dir %s); counting them in "
+                        "slogate_trace_records_total{outcome=\"dropped\"}, next log line when writes succeed again",
+                        reason, self.writer.config.directory)
+        if new_lost:
+            self._episode_lost += new_lost
+        elif new_written and self._episode_lost:
+            log.warning("trace records are written again after %d were lost", self._episode_lost)
+            self._episode_lost = 0
+
+    def _watch_timer(self) -> None:
+        self._watch_handle = None
+        self.watch()
+        if self._episode_lost and self._loop is not None:  # keep looking until the episode ends
+            self._watch_handle = self._loop.call_later(WATCH_S, self._watch_timer)
 
     def _submit(self, record: RequestRecord, body: Any, session_header: str | None) -> None:
         self.writer.submit(record, prompt=(lambda: prompt_bytes(body)) if isinstance(body, dict) else None,
@@ -113,8 +146,10 @@ class Capture:
 
     def stop_batching(self) -> None:
         """On the event loop, at shutdown: hand over the pending batch; later records go straight through."""
-        if self._handle is not None:
-            self._handle.cancel()
+        for handle in (self._handle, self._watch_handle):
+            if handle is not None:
+                handle.cancel()
+        self._watch_handle = None
         self._loop = None
         self.hand_over()
 

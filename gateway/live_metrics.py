@@ -35,6 +35,7 @@ OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01
 
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "function_call", "content_filter", "error", "abort"})
 LABEL_OTHER = "other"
+REJECTED = frozenset({400, 404})  # what an upstream answers for a model it does not serve (vLLM: 404)
 LABEL_NONE = "none"
 # gen_ai.operation.name per OpenAI-compatible endpoint (semconv well-known values).
 OPERATIONS = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion", "/v1/embeddings": "embeddings"}
@@ -58,6 +59,7 @@ class LiveMetrics:
         # With a known model list, anything else folds into "other"; without one, the first
         # `max_models` distinct names are kept. Either way the series count is bounded.
         self.known_models: frozenset[str] | None = frozenset(known_models) if known_models else None
+        self.listed_models: frozenset[str] | None = None  # what the upstreams' /v1/models list (model_list.py)
         self._models: set[str] = set()
         self.provider = provider
         self.legacy = legacy_model_label
@@ -89,7 +91,14 @@ class LiveMetrics:
         self.loop_lag = 0.0
         self.histograms = (self.ttft, self.tpot, self.duration, self.tokens, self.itl, self.queue, self.overhead)
 
-    def model_label(self, model: str | None) -> str:
+    def list_models(self, names: frozenset[str]) -> None:
+        """The names the upstreams' `/v1/models` list now (gateway/model_list.py): the label candidates."""
+        self.listed_models = names
+
+    def model_label(self, model: str | None, served: bool = True) -> str:
+        """`model` as a label value: names the config declares, else names the upstreams list, else
+        (no list known) the first `max_models` names an upstream `served` (did not answer 400/404);
+        any other is "other"."""
         if model is None:
             return LABEL_NONE
         if model in self._models:
@@ -99,7 +108,8 @@ class LiveMetrics:
                 self._models.add(model)
                 return model
             return LABEL_OTHER
-        if len(self._models) < self.max_models and len(model) <= 128:
+        allowed = served if self.listed_models is None else model in self.listed_models
+        if allowed and len(self._models) < self.max_models and len(model) <= 128:
             self._models.add(model)
             return model
         return LABEL_OTHER
@@ -109,7 +119,7 @@ class LiveMetrics:
 
         gen_ai_response_model is the upstream's "model" (traces.observer reads it), the request's
         model when the upstream sent none; both fold into the same bounded model set."""
-        model = self.model_label(record.model)
+        model = self.model_label(record.model, record.status not in REJECTED)  # a rejected name takes no slot
         response = record.response_model
         answered = model if response is None or response == record.model else self.model_label(response)
         op = OPERATIONS.get(record.endpoint, LABEL_OTHER)

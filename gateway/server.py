@@ -34,6 +34,7 @@ from slogate.gateway.config import (
 from slogate.gateway.headers import has_control_headers, without_control_headers
 from slogate.gateway.http_server import ClientConn, ClientRequest, Reply
 from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render, watch_loop_lag
+from slogate.gateway.model_list import watch_models
 from slogate.gateway.recorder import Recorder, Sink
 from slogate.gateway.relay import Relay
 from slogate.gateway.routing.router import Router
@@ -156,6 +157,9 @@ class Gateway:
             sink.start()
         await self.router.start()
         self._tasks.append(asyncio.create_task(watch_loop_lag(self.metrics, self.cfg.loop_lag_interval)))
+        if self.metrics.known_models is None:  # model labels bounded to what the upstreams list
+            urls = [s.spec.url for s in self.router.states]
+            self._tasks.append(asyncio.create_task(watch_models(urls, self.metrics.list_models)))
 
     async def close(self) -> None:
         await self.deadlines.stop()
