@@ -79,8 +79,6 @@ def exchange(port: int, wire: bytes, n: int) -> list[tuple[int, bytes]]:
     return answers
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18 defect 7: aiohttp's C parser turns a request's chunked trailer "
-                                       "into headers of the next pipelined request; the server rewrite fixes it")
 @settings(max_examples=15, deadline=None, phases=[Phase.explicit, Phase.generate],  # no shrinking: a fail is quick
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(pipeline=pipelines())
