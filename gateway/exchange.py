@@ -120,8 +120,8 @@ class Exchange:
         if conn is not None:
             self.conn = None
             pool = self.upstream.pool
-            if pool is not None:
-                pool.release(conn)  # reused after a complete exchange; aborts the upstream otherwise
+            if pool is not None:  # reused after a complete exchange (or one past [DONE]); aborted otherwise
+                pool.release(conn, finish_body=self.stream is not None and self.stream.finished)
             else:
                 conn.abort()
 

@@ -2,8 +2,9 @@
 
 Push-based: the upstream connection calls `Stream.on_piece` from `data_received` for each decoded
 body piece; it feeds the observer and writes the piece (chunk-framed, with the response head when it
-is the first) straight to the client connection. The piece that ends the body is written with the
-end of the response in one buffer. When the client's buffer is above its high-water mark, upstream
+is the first) straight to the client connection. The piece that ends the body (or carries
+`data: [DONE]`) is written with the end of the response in one buffer; nothing after `[DONE]` is
+forwarded. When the client's buffer is above its high-water mark, upstream
 reading pauses until the client drained (`pump`). Never decodes JSON (the observer scans bytes),
 never allocates a task or closure per request or per chunk.
 """
@@ -28,7 +29,7 @@ class ClientGone(Exception):
 class Stream:
     """The relay of one response body: the sink the upstream connection pushes pieces into."""
 
-    __slots__ = ("client", "client_gone", "conn", "end_with", "last_out", "lease", "obs", "overhead", "seen",
+    __slots__ = ("client", "client_gone", "conn", "end_with", "finished", "last_out", "lease", "obs", "overhead", "seen",
                  "t_last", "wd")
 
     def __init__(self, conn: UpstreamConn, obs: StreamObserver | None, lease: Lease, wd: Watchdog,
@@ -41,6 +42,7 @@ class Stream:
         self.client = client
         self.end_with = end_with  # the exchange's end of a body: record, then write the last piece + end
         self.client_gone = False
+        self.finished = False  # [DONE] went to the client: its response ended, whatever the upstream does next
         self.last_out = b"\n\n"  # the last bytes forwarded (does an error event start on a fresh line?)
         self.seen = 0  # output chunks already drawn from the lease
         self.t_last = perf_counter_ns()  # arrival of the last piece
@@ -50,11 +52,21 @@ class Stream:
         self.t_last = self.wd.last_ns = t
         obs = self.obs
         if obs is not None:
+            if self.finished:  # after [DONE]: counted by the observer, never forwarded
+                obs.feed(data, t)
+                return
             data = obs.feed(data, t)
             n = obs.output_chunks
             if n != self.seen:
                 self.lease.on_tokens(n - self.seen)  # draw down the in-flight token estimate
                 self.seen = n
+            if obs.done:  # the stream is complete for the client: end its response with this piece
+                self.finished = True
+                self.end_with(data, t)
+                if not self.conn.body_done:
+                    self.conn.pause_reading()  # wakes `pump`; the pool reads the rest (gateway.upstream)
+                self.overhead.sink_ns += perf_counter_ns() - t
+                return
         client = self.client
         if client.closing:
             self.client_gone = True
@@ -79,7 +91,7 @@ class Stream:
             overhead.wait_end()
             if self.client_gone:
                 raise ClientGone
-            if done:
+            if done or self.finished:
                 return
             try:
                 await self.client.drain()  # the client catches up, then upstream reading resumes

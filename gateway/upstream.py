@@ -22,6 +22,7 @@ from slogate.traces.http1 import Head
 # connections sooner (uvicorn: 5 s) is seen closing (the connection leaves the pool); the race where
 # its close crosses our request is covered by `Upstream.exchange` retrying once on a fresh connection.
 KEEPALIVE_S = 60.0
+FINISH_S = 2.0  # a stream past `[DONE]` whose body has not ended: how long the pool waits for its end
 
 
 class Pool:
@@ -90,8 +91,18 @@ class Pool:
             raise
         return conn
 
-    def release(self, conn: UpstreamConn) -> None:
-        """End of an exchange: keep a clean connection for reuse, close any other."""
+    def release(self, conn: UpstreamConn, *, finish_body: bool = False) -> None:
+        """End of an exchange: keep a clean connection for reuse, close any other. `finish_body`: the
+        relay needs no more of the body (a stream past `[DONE]`): read its end for up to FINISH_S, then decide."""
+        if finish_body and not conn.complete and not conn.closed and not self.closed:
+            timer = asyncio.get_running_loop().call_later(FINISH_S, conn.abort)
+
+            def finished(c: UpstreamConn) -> None:
+                timer.cancel()
+                self.release(c)
+
+            conn.finish_then(finished)
+            return
         if conn.complete and conn.keep_alive and not conn.closed and not self.closed:
             conn.resume_reading()  # idle connections must see the upstream closing them
             conn.idle_since = monotonic()

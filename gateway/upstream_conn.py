@@ -32,11 +32,15 @@ class UpstreamError(Exception):
         self.detail = detail
 
 
+def _discard(piece: bytes, t: int) -> None:
+    return None
+
+
 class UpstreamConn(asyncio.Protocol):
     """A connection of a `Pool`; one exchange at a time."""
 
     __slots__ = (
-        "_error", "_on_lost", "_parser", "_paused", "_pending", "_phase", "_sink", "_waiter",
+        "_error", "_on_done", "_on_lost", "_parser", "_paused", "_pending", "_phase", "_sink", "_waiter",
         "closed", "counted", "got_bytes", "head", "idle_since", "keep_alive", "transport",
     )
 
@@ -50,6 +54,7 @@ class UpstreamConn(asyncio.Protocol):
         self._phase = _DONE
         self._error: BaseException | None = None
         self._paused = False
+        self._on_done: Callable[[UpstreamConn], None] | None = None
 
     # ------------------------------------------------------------------ relay side
     def send(self, data: bytes, *, no_body: bool) -> None:
@@ -57,6 +62,7 @@ class UpstreamConn(asyncio.Protocol):
         self.head: Head | None = None
         self._parser = ResponseParser(no_body=no_body)
         self._sink: Sink | None = None
+        self._on_done = None
         self._pending: list[tuple[bytes, int]] | None = None
         self.resume_reading()  # a body that ended while its sink had paused reading leaves it paused
         self._error = None
@@ -105,6 +111,14 @@ class UpstreamConn(asyncio.Protocol):
             self._paused = False
             if self.transport is not None and not self.closed:
                 self.transport.resume_reading()
+
+    def finish_then(self, on_done: Callable[[UpstreamConn], None]) -> None:
+        """The relay is done with this response before its body ended (the stream's `[DONE]` went by):
+        read and discard the rest, then `on_done(self)` (the pool takes it back). A failure aborts it."""
+        self._sink = _discard
+        self._pending = None
+        self._on_done = on_done
+        self.resume_reading()
 
     @property
     def body_done(self) -> bool:
@@ -189,6 +203,10 @@ class UpstreamConn(asyncio.Protocol):
             self.keep_alive = parser.keep_alive
             self._phase = _DONE
             self._wake()
+            on_done = self._on_done
+            if on_done is not None:
+                self._on_done = None
+                on_done(self)
 
     def _deliver(self, piece: bytes, t: int) -> None:
         sink = self._sink

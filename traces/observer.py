@@ -76,6 +76,7 @@ class StreamObserver:
         "_usage_completion",
         "_usage_prompt",
         "_want_model",
+        "after_done_bytes",
         "endpoint",
         "max_event_bytes",
         "n_inputs",
@@ -122,6 +123,7 @@ class StreamObserver:
         # Same keys either way; the likely one first saves a scan per event.
         self._output_keys = _OUTPUT_KEYS if "chat" in endpoint else _OUTPUT_KEYS_TEXT_FIRST
         self._done = False
+        self.after_done_bytes = 0
         self._finish_reason: str | None = None
         self._error: ErrorClass | None = None
         self._usage_prompt: int | None = None
@@ -143,6 +145,9 @@ class StreamObserver:
                 self._body.append(piece)
                 self._body_len += len(piece)
             return piece
+        if self._done:  # nothing after [DONE] is observed or forwarded; only counted
+            self.after_done_bytes += len(piece)
+            return b""
         if self._skipping:
             return self._skip(piece, t_ns)
         if self._buf:
@@ -176,9 +181,20 @@ class StreamObserver:
             if out is not None and keep:
                 out.append(buf[start : m.end()])
             start = m.end()
+            if self._done:
+                return self._cut_at_done(piece, buf, start, out)
         self._buf = buf[start:]
         if out is None:
             return piece
+        return b"".join(out)
+
+    def _cut_at_done(self, piece: bytes, buf: bytes, start: int, out: list[bytes] | None) -> bytes:
+        """[DONE] ended at `start` of `buf` (= held bytes + `piece`): forward up to there, count the rest."""
+        rest = len(buf) - start
+        self.after_done_bytes += rest
+        self._buf = b""
+        if out is None:
+            return piece[: len(piece) - rest]
         return b"".join(out)
 
     def _feed_lf(self, piece: bytes, buf: bytes, t_ns: int) -> bytes:
@@ -210,6 +226,10 @@ class StreamObserver:
                 out.append(buf[kept_from:start])
                 kept_from = end + 2
             start = end + 2
+            if self._done:
+                if self._strip_usage:
+                    (out if out is not None else (out := [])).append(buf[kept_from:start])
+                return self._cut_at_done(piece, buf, start, out)
         self._buf = buf[start:] if start < len(buf) else b""
         if not self._strip_usage:
             return piece
@@ -335,6 +355,11 @@ class StreamObserver:
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
             self._cached_tokens = details["cached_tokens"]
+
+    @property
+    def done(self) -> bool:
+        """`data: [DONE]` went by: the stream is complete for the client."""
+        return self._done
 
     # ---------------------------------------------------------------- finishing
     def finish(self, t_ns: int, *, status: int, error: ErrorClass | None = None) -> RequestRecord:

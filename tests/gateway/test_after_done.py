@@ -26,9 +26,6 @@ from tests.servers import Server
 
 pytestmark = pytest.mark.timeout(60)
 IDLE_S = 1.0  # the gateway's --idle-timeout: what a silent upstream after [DONE] costs at most
-NOT_YET = pytest.mark.xfail(strict=True, reason=(
-    "issue 18 item 4: the gateway forwards what follows [DONE] and appends an error event when the "
-    "upstream then fails; the fix is in traces/observer.py and gateway/streaming.py (see the harden report)"))
 
 
 @dataclass
@@ -88,13 +85,11 @@ def test_a_clean_stream_is_relayed_as_is(gw: Gw) -> None:
     assert_clean(body, record)
 
 
-@NOT_YET
 def test_events_after_done_are_not_forwarded_or_counted(gw: Gw) -> None:
     body, _, record = stream(gw, "after-done")
     assert_clean(body, record)
 
 
-@NOT_YET
 @pytest.mark.parametrize("case", ["cut-after-done", "reset-after-done", "hang-after-done"])
 def test_an_upstream_failing_after_done_ends_the_stream_cleanly(gw: Gw, case: str) -> None:
     body, waited, record = stream(gw, case)

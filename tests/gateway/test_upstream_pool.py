@@ -169,3 +169,61 @@ async def test_stale_reused_connection_is_retried_once_and_a_fresh_failure_is_no
         await up.close()
         server.close()
         await server.wait_closed()
+
+
+class _LateEndServer(asyncio.Protocol):
+    """Streams `data: [DONE]` and sends the chunked terminator `delay` seconds later (or never)."""
+
+    accepted = 0
+    delay: float | None = 0.05
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        type(self).accepted += 1
+        self.transport, self.buf = transport, b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if b"\r\n\r\n" not in self.buf:
+            return
+        self.buf = b""
+        done = b"data: [DONE]\n\n"
+        self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             b"%x\r\n%b\r\n" % (len(done), done))
+        if self.delay is not None:
+            asyncio.get_running_loop().call_later(self.delay, self.transport.write, b"0\r\n\r\n")
+
+
+async def poll(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("delay", [0.05, None])
+async def test_a_stream_released_after_done_keeps_its_connection_when_the_body_ends(delay):
+    """The relay ends the client's response at [DONE]; the pool reads the terminator that comes later
+    and reuses the connection (a terminator that never comes: the connection is closed after FINISH_S)."""
+    _LateEndServer.accepted, _LateEndServer.delay = 0, delay
+    server = await asyncio.get_running_loop().create_server(_LateEndServer, "127.0.0.1", 0)
+    up = Upstream(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    await up.start(Timeouts(), 8)
+    pool = up.pool
+    assert pool is not None
+    try:
+        for _ in range(3):
+            conn, head = await up.exchange(request_bytes("GET", "/", up.host_header, [], b""), no_body=False)
+            pieces: list[bytes] = []
+            conn.stream_to(lambda piece, t: pieces.append(piece))
+            await poll(lambda: pieces == [b"data: [DONE]\n\n"])
+            assert not conn.complete  # the terminator is still to come
+            pool.release(conn, finish_body=True)
+            if delay is None:
+                await poll(lambda: pool.open == 0, timeout=5)  # given up after FINISH_S: closed, slot back
+            else:
+                await poll(lambda: len(pool.idle) == 1)  # read to its end, then idle for reuse
+        assert _LateEndServer.accepted == (1 if delay is not None else 3)
+    finally:
+        await up.close()
+        server.close()
+        await server.wait_closed()
