@@ -44,9 +44,13 @@ def with_request(record: RequestRecord, info: RequestInfo, t0_ns: int, start_ns:
 
 def exchange_record(obs: StreamObserver, info: RequestInfo, *, t0_ns: int, start_ns: int, t_done: int, status: int,
                     error: ErrorClass | None, upstream: str, pool: str | None, queue: float | None,
-                    overhead_ns: int) -> RequestRecord:
-    """The record of a request that went to an upstream."""
+                    overhead_ns: int, answered_stream: bool | None = None) -> RequestRecord:
+    """The record of a request that went to an upstream. `answered_stream`: whether the upstream's 2xx
+    answer was an event stream (None: no 2xx answer), which is what `stream` records (a request
+    saying `"stream": "yes"` may still be streamed)."""
     record = with_request(measured(obs, t_done, status, error), info, t0_ns, start_ns)
+    if answered_stream is not None:
+        record.stream = answered_stream
     if record.input_tokens is None and info.prompt_chars:
         # no usage (llama.cpp streams, failed requests): bytes/4 keeps the request replayable
         record.input_tokens = info.est_input_tokens

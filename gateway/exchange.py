@@ -270,7 +270,8 @@ class Exchange:
             self.conn.abort()
         stream = self.stream
         assert stream is not None
-        self.record(stream.t_last, status, code)
+        # a deadline's e2e is how long the client waited (now), a broken upstream's its last byte
+        self.record(None if code.startswith("timeout") else stream.t_last, status, code)
         end_late(self.client, code, sse=self.sse, last_out=stream.last_out)
 
     # ------------------------------------------------------------------ record
@@ -284,6 +285,7 @@ class Exchange:
         self.info = None  # record once
         t_end = perf_counter_ns()
         obs = self.obs
+        answered = self.sse if 200 <= self.status < 300 else None  # status 0: no response head
         if obs is None:
             obs = self.obs = StreamObserver(self.t0, stream=False, endpoint=info.endpoint)
         relay = self.relay
@@ -293,7 +295,7 @@ class Exchange:
             status=status, error=error, upstream=self.upstream.name,
             pool=self.lease.pool if router.several_pools else None,
             queue=self.lease.queue_s if router.admission else None,
-            overhead_ns=self.overhead.busy_ns(self.t_body, t_end),
+            overhead_ns=self.overhead.busy_ns(self.t_body, t_end), answered_stream=answered,
         )
         if record.error is None:
             self.ttft, self.tpot = record.ttft, record.tpot

@@ -54,8 +54,10 @@ RESPONSES = {  # path → (head, framed body) built from the echoed id
     b"/v1/cut-after-done": lambda rid: SSE + _chunked(STREAM, 1000)[: -len(b"0\r\n\r\n")],
     b"/v1/reset-after-done": lambda rid: SSE + _chunked(STREAM, 1000)[: -len(b"0\r\n\r\n")],
     b"/v1/hang-after-done": lambda rid: SSE + _chunked(STREAM, 1000)[: -len(b"0\r\n\r\n")],
+    b"/v1/stall": lambda rid: SSE + _chunked(sse_events(b"one"), 1000)[: -len(b"0\r\n\r\n")],  # then silence
 }
-ENDINGS = {b"/v1/cut-after-done": "close", b"/v1/reset-after-done": "reset", b"/v1/hang-after-done": "hang"}
+ENDINGS = {b"/v1/cut-after-done": "close", b"/v1/reset-after-done": "reset", b"/v1/hang-after-done": "hang",
+           b"/v1/stall": "hang"}
 PROTOCOL_ERRORS = (b"/v1/0x", b"/v1/underscore", b"/v1/no-crlf", b"/v1/gzip", b"/v1/fold", b"/v1/bare-lf",
                    b"/v1/huge-head")
 

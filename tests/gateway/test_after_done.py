@@ -43,9 +43,9 @@ def gw() -> Iterator[Gw]:
         yield Gw(server, Path(tmp) / "t")
 
 
-def stream(gw: Gw, case: str) -> tuple[bytes, float, RequestRecord]:
+def stream(gw: Gw, case: str, stream_value: object = True) -> tuple[bytes, float, RequestRecord]:
     """POST a streaming chat answered by `case`: (client body, seconds until the response ended, record)."""
-    body = orjson.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]})
+    body = orjson.dumps({"model": "m", "stream": stream_value, "messages": [{"role": "user", "content": "x"}]})
     head = (b"POST /v1/chat/completions?case=%s&id=%d HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % (case.encode(), gw.sent, len(body)))
     gw.sent += 1
@@ -101,3 +101,21 @@ def test_the_trace_has_one_record_per_stream(gw: Gw) -> None:
     """Whatever the outcome above, every stream sent became exactly one record (none lost, none doubled)."""
     stream(gw, "sse")
     assert len(list(read_trace(gw.trace_dir).records)) == gw.sent
+
+
+def test_a_timed_out_stream_records_how_long_the_client_waited(gw: Gw) -> None:
+    """The upstream sends one event and goes quiet: the idle deadline ends the stream; the record's e2e
+    is the client's wait, not the time of the last byte that arrived."""
+    body, waited, record = stream(gw, "stall")
+    assert body.endswith(b"data: [DONE]\n\n") and b'"code":"timeout_idle"' in body, body
+    assert record.error == "timeout_idle", record
+    assert record.e2e is not None and waited >= IDLE_S
+    assert waited - 0.3 <= record.e2e <= waited, (record.e2e, waited)  # the wait, less the client's own hops
+
+
+def test_stream_is_recorded_as_the_upstream_answered(gw: Gw) -> None:
+    """`"stream": "yes"` is not `true` (so not a streaming request by the API's rules), but this
+    upstream streamed: the record says stream, the way it was answered."""
+    body, _, record = stream(gw, "sse", stream_value="yes")
+    assert body == hostile_upstream.STREAM
+    assert record.stream is True and record.output_tokens == 2, record

@@ -200,6 +200,13 @@ async def poll(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-unt
         await asyncio.sleep(0.01)
 
 
+async def _pieces_until_done(conn) -> list[bytes]:  # type: ignore[no-untyped-def]
+    pieces: list[bytes] = []
+    conn.stream_to(lambda piece, t: pieces.append(piece))
+    await poll(lambda: bool(pieces))
+    return pieces
+
+
 @pytest.mark.parametrize("delay", [0.05, None])
 async def test_a_stream_released_after_done_keeps_its_connection_when_the_body_ends(delay):
     """The relay ends the client's response at [DONE]; the pool reads the terminator that comes later
@@ -212,10 +219,9 @@ async def test_a_stream_released_after_done_keeps_its_connection_when_the_body_e
     assert pool is not None
     try:
         for _ in range(3):
-            conn, head = await up.exchange(request_bytes("GET", "/", up.host_header, [], b""), no_body=False)
-            pieces: list[bytes] = []
-            conn.stream_to(lambda piece, t: pieces.append(piece))
-            await poll(lambda: pieces == [b"data: [DONE]\n\n"])
+            conn, _ = await up.exchange(request_bytes("GET", "/", up.host_header, [], b""), no_body=False)
+            pieces = await _pieces_until_done(conn)
+            assert pieces == [b"data: [DONE]\n\n"]
             assert not conn.complete  # the terminator is still to come
             pool.release(conn, finish_body=True)
             if delay is None:
