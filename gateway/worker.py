@@ -1,0 +1,35 @@
+"""One worker process of `slogate gateway --workers N`: `python -m slogate.gateway.worker START_FILE`.
+
+Reads the config and its role from the file the supervisor wrote (gateway/workers.py) and runs the
+ordinary per-process server with that role. Exit 2 on a usage error (the supervisor then stops
+instead of restarting). Never opens the admin TCP port (the supervisor does).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import msgspec
+
+from slogate.gateway.worker_role import WorkerStart
+from slogate.traces.usage import UsageError
+
+
+def main(argv: list[str]) -> int:
+    start = msgspec.json.decode(Path(argv[0]).read_bytes(), type=WorkerStart)
+    from slogate.gateway.cli import _run
+    from slogate.gateway.logs import setup_logging
+    from slogate.gateway.server import serve
+
+    setup_logging(start.log_level, fmt=start.config.log_format)
+    try:
+        _run(serve(start.config, role=start.role))
+    except UsageError as exc:
+        print(f"slogate gateway worker {start.role.index}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
