@@ -174,7 +174,9 @@ class Supervisor:
                                      in await self._ask_all(WORKER_STATUS_PATH) if status == 200]
         doc = await asyncio.to_thread(merge_status, self.window, parts, self.window.now())
         doc["workers"] = {"configured": self.n, "answering": len(parts), "restarts": self.restarts,
-                          "lost_requests": self.lost_streams}
+                          "lost_requests": self.lost_streams,
+                          "pids": [w.proc.pid if w.proc is not None and w.proc.returncode is None else None
+                                   for w in self.workers]}
         return web.Response(body=orjson.dumps(doc), content_type="application/json")
 
     async def healthz(self, request: BaseRequest) -> web.Response:
