@@ -24,12 +24,21 @@ NOT_SUMMED = frozenset({
 })
 
 
-def merge_metrics(texts: Iterable[str]) -> list[Metric]:
+def parse(text: str) -> list[Metric]:
+    return list(text_string_to_metric_families(text))
+
+
+def cumulative(families: Iterable[Metric]) -> list[Metric]:
+    """Only the counters and histograms: what a dead worker leaves in the totals (its gauges go)."""
+    return [f for f in families if f.type in ("counter", "histogram", "summary")]
+
+
+def merge_metrics(expositions: Iterable[Iterable[Metric]]) -> list[Metric]:
     """The families of several expositions, their samples combined (order: first seen)."""
     families: dict[str, Metric] = {}
     values: dict[str, dict[tuple, list]] = {}
-    for text in texts:
-        for fam in text_string_to_metric_families(text):
+    for exposition in expositions:
+        for fam in exposition:
             merged = families.get(fam.name)
             if merged is None:
                 merged = families[fam.name] = Metric(fam.name, fam.documentation, fam.type, fam.unit)

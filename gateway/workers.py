@@ -26,9 +26,9 @@ import orjson
 from aiohttp import web
 from aiohttp.web_request import BaseRequest
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from slogate.gateway.admin_merge import merge_metrics, merge_status
+from slogate.gateway.admin_merge import cumulative, merge_metrics, merge_status, parse
 from slogate.gateway.capture import perf_epoch
 from slogate.gateway.config import GatewayConfig, parse_hostport, parse_slos, upstream_specs
 from slogate.gateway.routing import shared_state
@@ -40,6 +40,7 @@ from slogate.traces.usage import UsageError
 log = logging.getLogger("slogate.gateway")
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ASK_TIMEOUT_S = 5.0  # one worker's answer to a scrape
+REFRESH_S = 2.0  # the supervisor reads each worker's /metrics at least this often
 _QUICK_DEATH_S = 2.0  # a worker dying younger than this delays its restart (doubling, up to 5 s)
 
 
@@ -53,6 +54,7 @@ class Worker:
         self.started = 0.0
         self.backoff_s = 0.0
         self.socket = ""
+        self.last_metrics: list[Metric] = []  # its latest exposition, kept in the totals when it dies
 
 
 class Supervisor:
@@ -69,6 +71,7 @@ class Supervisor:
         self.start_ns, self.start_unix = perf_epoch()
         self.window = StatusWindow(parse_slos(cfg.slos), self.start_ns)
         self.workers = [Worker(i) for i in range(n)]
+        self.retired: list[Metric] = []  # counters and histograms of dead workers (totals never go down)
         self.restarts = 0
         self.lost_streams = 0
         self.stopping = False
@@ -103,6 +106,8 @@ class Supervisor:
                 return
             lost = self.shared.worker_inflight(w.index)
             self.shared.clear_worker(w.index)
+            self.retired = merge_metrics([self.retired, cumulative(w.last_metrics)])
+            w.last_metrics = []
             if rc == 2:  # a usage error (e.g. the port is taken): restarting cannot help
                 log.error("worker %d exited with a usage error: stopping the gateway", w.index)
                 self.fatal = 2
@@ -152,9 +157,24 @@ class Supervisor:
         answers = await asyncio.gather(*(self._ask(w, path) for w in self.workers))
         return [a for a in answers if a is not None]
 
+    async def refresh(self) -> list[list[Metric]]:
+        """Every live worker's exposition, parsed; each also kept as that worker's last one."""
+        answers = await asyncio.gather(*(self._ask(w, "/metrics") for w in self.workers))
+        out = []
+        for w, answer in zip(self.workers, answers, strict=True):
+            if answer is not None and answer[0] == 200:
+                w.last_metrics = parse(answer[1].decode())
+                out.append(w.last_metrics)
+        return out
+
+    async def keep_refreshed(self) -> None:
+        """Between scrapes too: a worker that dies loses at most this interval's counts from the totals."""
+        while True:
+            await asyncio.sleep(REFRESH_S)
+            await self.refresh()
+
     async def metrics(self, request: BaseRequest) -> web.Response:
-        texts = [body.decode() for status, body in await self._ask_all("/metrics") if status == 200]
-        families = merge_metrics(texts) + self._own_families()
+        families = merge_metrics([self.retired, *await self.refresh()]) + self._own_families()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Families(families))
         return web.Response(body=generate_latest(registry), headers={"Content-Type": METRICS_CONTENT_TYPE})
@@ -212,6 +232,7 @@ class Supervisor:
             for w in self.workers:
                 await self.start_worker(w)
             watchers = [asyncio.create_task(self.watch(w)) for w in self.workers]
+            watchers.append(asyncio.create_task(self.keep_refreshed()))
             log.info("supervisor: %d workers on %s; merged admin on %s", self.n, self.cfg.listen, self.cfg.admin_listen)
             await self.stop.wait()
             log.info("supervisor: draining %d workers", self.n)

@@ -17,7 +17,14 @@ import sys
 import aiohttp
 import pytest
 
-from tests.gateway.fixtures_gateway import get_json, metric_samples, metric_sum, start_gateway, trace_records, wait_for
+from tests.gateway.fixtures_gateway import (
+    get_json,
+    metric_samples,
+    metric_sum,
+    start_gateway,
+    trace_records,
+    wait_for,
+)
 from tests.gateway.test_routing_sim import SLOW, body, named, sims, start_held
 from tests.servers import free_port
 from tests.simserver import start_sim
@@ -53,7 +60,7 @@ async def stream(session: aiohttp.ClientSession, url: str, data: bytes) -> tuple
         async with session.post(url + "/v1/chat/completions", data=data,
                                 headers={"Content-Type": "application/json"}) as resp:
             return resp.status, await resp.read()
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    except (TimeoutError, aiohttp.ClientError):
         return 0, b""
 
 
@@ -164,6 +171,8 @@ async def test_killed_worker_is_replaced_and_the_other_workers_streams_finish():
     with start_sim(**SLOW) as sim, workers(sim.url, "--max-inflight-requests", "100", admin=admin_port) as gw:
         pids = both_up(admin)["workers"]["pids"]
         async with new_connections() as s:
+            before = await asyncio.gather(*(stream(s, gw.url, body(2)) for _ in range(10)))
+            assert all(completed(r) for r in before)
             tasks = [asyncio.create_task(stream(s, gw.url, body(60))) for _ in range(12)]
             assert await asyncio.to_thread(
                 wait_for, lambda: metric_sum(metric_samples(admin), "slogate_inflight_requests") == 12)
@@ -178,6 +187,8 @@ async def test_killed_worker_is_replaced_and_the_other_workers_streams_finish():
     assert doc["workers"]["restarts"] == 1 and doc["workers"]["lost_requests"] == broken
     assert doc["workers"]["pids"][0] not in (None, pids[0]) and doc["workers"]["pids"][1] == pids[1]
     assert metric_sum(samples, "slogate_worker_lost_requests_total") == broken
+    # The dead worker's counts stay in the totals (a total that went down would read as a reset).
+    assert metric_sum(samples, "slogate_requests_total") == 10 + (12 - broken) + 1
     assert completed(after)
 
 
@@ -198,3 +209,46 @@ async def test_sigterm_drains_every_worker(tmp_path):
     assert all(completed(r) for r in results)
     records = trace_records(trace_dir, 8)
     assert len(records) == 8 and all(r.error is None for r in records)
+
+
+# ------------------------------------------------------------------ configuration and merging (no servers)
+def test_workers_config_values():
+    from slogate.gateway.config import build_config, worker_count
+    from slogate.traces.usage import UsageError
+
+    base = {"upstreams": ["http://127.0.0.1:9"], "admin_listen": "127.0.0.1:9091"}
+    assert worker_count(build_config(base)) == 1
+    assert worker_count(build_config({**base, "workers": 3})) == 3
+    assert worker_count(build_config({**base, "workers": "auto"})) == len(os.sched_getaffinity(0))
+    for bad in (0, -1, "many", True):
+        with pytest.raises(UsageError, match=r"gateway\.workers \(--workers\)"):
+            build_config({**base, "workers": bad})
+    with pytest.raises(UsageError, match="needs admin_listen"):
+        build_config({"upstreams": ["http://127.0.0.1:9"], "workers": 2})
+
+
+def test_workers_without_admin_listen_is_a_usage_error():
+    out = subprocess.run([sys.executable, "-m", "slogate", "gateway", "--upstream", "http://127.0.0.1:9",
+                          "--workers", "2"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "--admin-listen" in out.stderr
+
+
+def test_merge_sums_counters_and_histograms_and_keeps_shared_gauges():
+    from slogate.gateway.admin_merge import merge_metrics, parse
+
+    one = parse('# TYPE slogate_requests counter\nslogate_requests_total{upstream="a"} 2\n'
+                '# TYPE slogate_inflight_requests gauge\nslogate_inflight_requests{upstream="a"} 5\n'
+                '# TYPE slogate_queue_depth gauge\nslogate_queue_depth{pool="default"} 1\n'
+                '# TYPE h histogram\nh_bucket{le="1.0"} 1\nh_bucket{le="+Inf"} 2\nh_sum 0.5\nh_count 2\n')
+    two = parse('# TYPE slogate_requests counter\nslogate_requests_total{upstream="a"} 3\n'
+                'slogate_requests_total{upstream="b"} 1\n'
+                '# TYPE slogate_inflight_requests gauge\nslogate_inflight_requests{upstream="a"} 5\n'
+                '# TYPE slogate_queue_depth gauge\nslogate_queue_depth{pool="default"} 2\n'
+                '# TYPE h histogram\nh_bucket{le="1.0"} 0\nh_bucket{le="+Inf"} 1\nh_sum 2\nh_count 1\n')
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in merge_metrics([one, two]) for s in f.samples}
+    assert got[("slogate_requests_total", (("upstream", "a"),))] == 5
+    assert got[("slogate_requests_total", (("upstream", "b"),))] == 1
+    assert got[("slogate_inflight_requests", (("upstream", "a"),))] == 5  # read from the shared state by each worker
+    assert got[("slogate_queue_depth", (("pool", "default"),))] == 3
+    assert got[("h_bucket", (("le", "+Inf"),))] == 3 and got[("h_sum", ())] == 2.5 and got[("h_count", ())] == 3
