@@ -219,9 +219,10 @@ class Router:
                 raise self._reject(req, "queue_timeout", time.monotonic() - t0)
             with self._claim():
                 s = self.choose(req)
-                lease = self._lease(req, s) if s is not None else None
-            if lease is not None:
-                req.queue_s = time.monotonic() - t0
+                if s is not None:
+                    req.queue_s = time.monotonic() - t0
+                    lease = self._lease(req, s)
+            if s is not None:
                 if queue.depth:
                     queue.wake()  # there may be room for the next one too
                 self._publish_depth()

@@ -9,11 +9,9 @@ beyond that lock, never holds request data.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import mmap
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 from slogate.gateway.routing.upstreams import UpstreamSpec, UpstreamState
@@ -61,15 +59,11 @@ class SharedRouting:
         self.ints = view[: layout.ints * _INT].cast("q")
         self.floats = view[layout.ints * _INT:].cast("d")
         self._lock_fd = os.open(lock_path(path), os.O_RDWR)  # per process: flock is per open file
+        self._claim = _Claim(self._lock_fd)
 
-    @contextlib.contextmanager
-    def claim(self) -> Iterator[None]:
-        """Hold the gateway-wide admission lock (check room and take a lease atomically)."""
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+    def claim(self) -> _Claim:
+        """`with shared.claim():` holds the gateway-wide admission lock (check room and take a lease atomically)."""
+        return self._claim
 
     def states(self, specs: list[UpstreamSpec], *, max_requests: int | None,
                max_tokens: int | None) -> list[UpstreamState]:
@@ -96,6 +90,21 @@ class SharedRouting:
 
     def set_queue_depth(self, depth: int) -> None:
         self.ints[self.layout.queue + self.worker] = depth
+
+
+class _Claim:
+    """The lock as a reusable context manager (no generator per request)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __enter__(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
 
 
 class SharedUpstreamState(UpstreamState):
