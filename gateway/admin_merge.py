@@ -62,12 +62,15 @@ def merge_metrics(expositions: Iterable[Iterable[Metric]]) -> list[Metric]:
     return list(families.values())
 
 
-def merge_status(window: StatusWindow, parts: Sequence[WorkerStatus], now: float) -> dict:
+def merge_status(window: StatusWindow, parts: Sequence[WorkerStatus], now: float,
+                 retired: WorkerStatus | None = None) -> dict:
     """`/slogate/status` over all workers: one summary of every worker's rows, totals summed.
 
-    `window` carries the SLOs and the shared clock base; its own rows are not used."""
-    rows = sorted((row for p in parts for row in p.rows), key=lambda r: r.finished)
-    window.total_requests = sum(p.requests_total for p in parts)
+    `window` carries the SLOs and the shared clock base; its own rows are not used. `retired`:
+    the rows and count of workers that died (their upstream/routing extras are not used)."""
+    every = [*parts, retired] if retired is not None else list(parts)
+    rows = sorted((row for p in every for row in p.rows), key=lambda r: r.finished)
+    window.total_requests = sum(p.requests_total for p in every)
     doc = window.snapshot(rows, now)
     if not parts:
         return doc

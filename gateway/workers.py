@@ -32,7 +32,7 @@ from slogate.gateway.admin_merge import cumulative, merge_metrics, merge_status,
 from slogate.gateway.capture import perf_epoch
 from slogate.gateway.config import GatewayConfig, parse_hostport, parse_slos, upstream_specs
 from slogate.gateway.routing import shared_state
-from slogate.gateway.status import StatusWindow, health_response
+from slogate.gateway.status import WINDOWS, StatusRow, StatusWindow, health_response
 from slogate.gateway.worker_admin import WORKER_STATUS_PATH, WorkerStatus, decode_worker_status
 from slogate.gateway.worker_role import WorkerRole, WorkerStart
 from slogate.traces.usage import UsageError
@@ -55,6 +55,7 @@ class Worker:
         self.backoff_s = 0.0
         self.socket = ""
         self.last_metrics: list[Metric] = []  # its latest exposition, kept in the totals when it dies
+        self.last_status: WorkerStatus | None = None  # its rows as of the last /slogate/status, kept likewise
 
 
 class Supervisor:
@@ -72,6 +73,8 @@ class Supervisor:
         self.window = StatusWindow(parse_slos(cfg.slos), self.start_ns)
         self.workers = [Worker(i) for i in range(n)]
         self.retired: list[Metric] = []  # counters and histograms of dead workers (totals never go down)
+        self.retired_rows: list[StatusRow] = []  # status rows of dead workers (pruned to the 5-minute window)
+        self.retired_requests = 0
         self.restarts = 0
         self.lost_streams = 0
         self.stopping = False
@@ -108,6 +111,10 @@ class Supervisor:
             self.shared.clear_worker(w.index)
             self.retired = merge_metrics([self.retired, cumulative(w.last_metrics)])
             w.last_metrics = []
+            if w.last_status is not None:
+                self.retired_rows += w.last_status.rows
+                self.retired_requests += w.last_status.requests_total
+                w.last_status = None
             if rc == 2:  # a usage error (e.g. the port is taken): restarting cannot help
                 log.error("worker %d exited with a usage error: stopping the gateway", w.index)
                 self.fatal = 2
@@ -124,6 +131,12 @@ class Supervisor:
             if self.stopping:
                 return
             await self.start_worker(w)
+
+    def forward(self, sig: int) -> None:
+        for w in self.workers:
+            if w.proc is not None and w.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    w.proc.send_signal(sig)
 
     async def drain(self) -> None:
         """SIGTERM to every worker; each drains its streams within `shutdown_grace`."""
@@ -190,9 +203,17 @@ class Supervisor:
         return [alive, restarts, lost]
 
     async def status(self, request: BaseRequest) -> web.Response:
-        parts: list[WorkerStatus] = [decode_worker_status(body) for status, body
-                                     in await self._ask_all(WORKER_STATUS_PATH) if status == 200]
-        doc = await asyncio.to_thread(merge_status, self.window, parts, self.window.now())
+        answers = await asyncio.gather(*(self._ask(w, WORKER_STATUS_PATH) for w in self.workers))
+        parts: list[WorkerStatus] = []
+        for w, answer in zip(self.workers, answers, strict=True):
+            if answer is not None and answer[0] == 200:
+                w.last_status = decode_worker_status(answer[1])
+                parts.append(w.last_status)
+        now = self.window.now()
+        horizon = now - WINDOWS[-1][1]
+        self.retired_rows = [r for r in self.retired_rows if r.finished >= horizon]
+        retired = WorkerStatus(self.retired_requests, self.retired_rows, {})
+        doc = await asyncio.to_thread(merge_status, self.window, parts, now, retired)
         doc["workers"] = {"configured": self.n, "answering": len(parts), "restarts": self.restarts,
                           "lost_requests": self.lost_streams,
                           "pids": [w.proc.pid if w.proc is not None and w.proc.returncode is None else None
@@ -220,6 +241,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self.forward, signal.SIGHUP)  # log rotation: every worker reopens
         host, port = parse_hostport(self.cfg.listen, key="listen")
         reserve = _reserve_port(host, port)  # an early, clear error when the port is taken
         assert self.cfg.admin_listen is not None

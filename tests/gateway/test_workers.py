@@ -21,6 +21,7 @@ from tests.gateway.fixtures_gateway import (
     get_json,
     metric_samples,
     metric_sum,
+    sim_running,
     start_gateway,
     trace_records,
     wait_for,
@@ -165,6 +166,32 @@ async def test_global_admission_limit_gives_429_exactly_beyond_the_limit():
     assert metric_sum(samples, "slogate_rejections_total", reason="queue_full") == offered - limit
 
 
+async def test_queued_requests_get_the_room_another_worker_frees():
+    """Limit 2, queue 6: eight requests at once all finish (waiters re-check the shared room, so a
+    release in one worker lets another worker's waiter in); never more than 2 reach the sim."""
+    admin_port = free_port()
+    admin = admin_url(admin_port)
+    with start_sim(timing="constant", ttft_ms=5, itl_ms=20) as sim, \
+            workers(sim.url, "--max-inflight-requests", "2", "--queue-size", "6", "--queue-timeout", "20",
+                    admin=admin_port) as gw:
+        both_up(admin)
+        peak = [0.0]
+
+        async def watch() -> None:
+            while True:
+                peak[0] = max(peak[0], await asyncio.to_thread(sim_running, sim.url))
+                await asyncio.sleep(0.02)
+
+        watcher = asyncio.create_task(watch())
+        async with new_connections() as s:
+            results = await asyncio.gather(*(stream(s, gw.url, body(10)) for _ in range(8)))
+        watcher.cancel()
+        samples = metric_samples(admin)
+    assert all(completed(r) for r in results), [r[0] for r in results]
+    assert peak[0] <= 2
+    assert metric_sum(samples, "slogate_queue_seconds_count") == 8
+
+
 async def test_killed_worker_is_replaced_and_the_other_workers_streams_finish():
     admin_port = free_port()
     admin = admin_url(admin_port)
@@ -173,6 +200,7 @@ async def test_killed_worker_is_replaced_and_the_other_workers_streams_finish():
         async with new_connections() as s:
             before = await asyncio.gather(*(stream(s, gw.url, body(2)) for _ in range(10)))
             assert all(completed(r) for r in before)
+            assert (await asyncio.to_thread(get_json, admin + "/slogate/status"))["requests_total"] == 10
             tasks = [asyncio.create_task(stream(s, gw.url, body(60))) for _ in range(12)]
             assert await asyncio.to_thread(
                 wait_for, lambda: metric_sum(metric_samples(admin), "slogate_inflight_requests") == 12)
@@ -181,6 +209,7 @@ async def test_killed_worker_is_replaced_and_the_other_workers_streams_finish():
             doc = await asyncio.to_thread(both_up, admin)
             after = await stream(s, gw.url, body(5))
         samples = metric_samples(admin)
+        status = get_json(admin + "/slogate/status")
     broken = sum(not completed(r) for r in results)
     assert broken + sum(completed(r) for r in results) == 12
     assert 0 < broken < 12, "SO_REUSEPORT gave every connection to one worker"
@@ -189,6 +218,7 @@ async def test_killed_worker_is_replaced_and_the_other_workers_streams_finish():
     assert metric_sum(samples, "slogate_worker_lost_requests_total") == broken
     # The dead worker's counts stay in the totals (a total that went down would read as a reset).
     assert metric_sum(samples, "slogate_requests_total") == 10 + (12 - broken) + 1
+    assert status["requests_total"] == status["windows"]["1m"]["requests"] == 10 + (12 - broken) + 1
     assert completed(after)
 
 
@@ -252,3 +282,19 @@ def test_merge_sums_counters_and_histograms_and_keeps_shared_gauges():
     assert got[("slogate_inflight_requests", (("upstream", "a"),))] == 5  # read from the shared state by each worker
     assert got[("slogate_queue_depth", (("pool", "default"),))] == 3
     assert got[("h_bucket", (("le", "+Inf"),))] == 3 and got[("h_sum", ())] == 2.5 and got[("h_count", ())] == 3
+
+
+async def test_a_waiter_can_wait_again_with_its_place():
+    """Worker waiters re-check every 5 ms with the same seq (their place in the queue)."""
+    from slogate.gateway.routing.admission import AdmissionQueue
+
+    q = AdmissionQueue(4)
+    first = q.next_seq()
+    assert not await q.wait(0, first, 0.01)
+    later = asyncio.create_task(q.wait(0, q.next_seq(), 5))
+    await asyncio.sleep(0)
+    again = asyncio.create_task(q.wait(0, first, 5))  # the same (priority, seq) as a cancelled entry
+    await asyncio.sleep(0)
+    assert q.depth == 2 and q.wake()
+    assert await again and not later.done()  # kept its place ahead of the later arrival
+    assert q.wake() and await later
