@@ -7,6 +7,10 @@ instead of restarting). Never opens the admin TCP port (the supervisor does).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -17,6 +21,7 @@ from slogate.traces.usage import UsageError
 
 
 def main(argv: list[str]) -> int:
+    _die_with_parent()
     start = msgspec.json.decode(Path(argv[0]).read_bytes(), type=WorkerStart)
     from slogate.gateway.cli import _run
     from slogate.gateway.logs import setup_logging
@@ -30,6 +35,18 @@ def main(argv: list[str]) -> int:
         return 2
     return 0
 
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM (a drain) when the supervisor dies, even by `kill -9`, so no worker is left
+    serving without one."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

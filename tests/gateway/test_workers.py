@@ -241,6 +241,26 @@ async def test_sigterm_drains_every_worker(tmp_path):
     assert len(records) == 8 and all(r.error is None for r in records)
 
 
+async def test_workers_stop_when_the_supervisor_is_killed():
+    admin_port = free_port()
+    admin = admin_url(admin_port)
+    with start_sim(**FAST) as sim, workers(sim.url, admin=admin_port) as gw:
+        pids = both_up(admin)["workers"]["pids"]
+        gw.proc.kill()
+        gw.proc.wait(10)
+
+        def gone() -> bool:
+            for pid in pids:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    continue
+                return False
+            return True
+
+        assert await asyncio.to_thread(wait_for, gone, 20), "a worker outlived its supervisor"
+
+
 # ------------------------------------------------------------------ configuration and merging (no servers)
 def test_workers_config_values():
     from slogate.gateway.config import build_config, worker_count
