@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from slogate.traces.usage import UsageError
 
 
 def main(argv: list[str]) -> int:
+    parent = os.getppid()
     _die_with_parent()
     start = msgspec.json.decode(Path(argv[0]).read_bytes(), type=WorkerStart)
     from slogate.gateway.cli import _run
@@ -33,6 +35,9 @@ def main(argv: list[str]) -> int:
     except UsageError as exc:
         print(f"slogate gateway worker {start.role.index}: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if os.getppid() != parent:  # the supervisor died: nobody else removes its runtime directory
+            shutil.rmtree(Path(start.role.state_path).parent, ignore_errors=True)
     return 0
 
 

@@ -238,6 +238,13 @@ class Supervisor:
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT; the exit code (2 when a worker hit a usage error)."""
+        try:
+            return await self._run()
+        finally:
+            shutil.rmtree(self.runtime, ignore_errors=True)
+
+    async def _run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop.set)
@@ -265,7 +272,6 @@ class Supervisor:
             await asyncio.gather(*watchers, return_exceptions=True)
             await runner.cleanup()
             reserve.close()
-            shutil.rmtree(self.runtime, ignore_errors=True)
         log.info("supervisor: stopped (%d restarts, %d requests lost)", self.restarts, self.lost_streams)
         return self.fatal or 0
 

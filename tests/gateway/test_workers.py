@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -259,6 +260,8 @@ async def test_workers_stop_when_the_supervisor_is_killed():
             return True
 
         assert await asyncio.to_thread(wait_for, gone, 20), "a worker outlived its supervisor"
+    assert not [p for p in Path("/dev/shm").glob("slogate-workers-*") if (p / "worker-0.json").exists()
+                and str(admin_port) in (p / "worker-0.json").read_text()], "runtime directory left behind"
 
 
 # ------------------------------------------------------------------ configuration and merging (no servers)
