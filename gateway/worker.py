@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
         print(f"slogate gateway worker {start.role.index}: error: {exc}", file=sys.stderr)
         return 2
     finally:
-        if os.getppid() != parent:  # the supervisor died: nobody else removes its runtime directory
+        if _gone(parent):  # the supervisor died: nobody else removes its runtime directory
             shutil.rmtree(Path(start.role.state_path).parent, ignore_errors=True)
     return 0
 
@@ -49,6 +49,18 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:  # it died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _gone(parent: int) -> bool:
+    """The supervisor exited: this worker was re-parented, or the supervisor is a zombie (killed,
+    its other threads still exiting, so the re-parenting has not happened yet)."""
+    if os.getppid() != parent:
+        return True
+    try:
+        status = Path(f"/proc/{parent}/status").read_text()
+    except OSError:
+        return True
+    return "\nState:\tZ" in status or "\nState:\tX" in status
 
 
 _PR_SET_PDEATHSIG = 1
