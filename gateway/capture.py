@@ -32,7 +32,8 @@ log = logging.getLogger("slogate.gateway")
 class Capture:
     """Sampling + submission to one `TraceWriter`; `t` of a record counts from `start_ns`."""
 
-    def __init__(self, cfg: GatewayConfig, *, start_ns: int, start_unix: float, config_digest: str) -> None:
+    def __init__(self, cfg: GatewayConfig, *, start_ns: int, start_unix: float, config_digest: str,
+                 prefix: str = "slogate") -> None:
         trace = cfg.trace
         assert trace.dir is not None
         try:
@@ -58,6 +59,7 @@ class Capture:
                 max_segment_bytes=trace.rotate_bytes,
                 max_segment_age_s=trace.rotate_seconds,
                 queue_size=trace.queue_size,
+                prefix=prefix,  # unique per worker process with --workers N
             ),
             header,
             hasher=hasher,

@@ -12,7 +12,7 @@ import errno
 import sys
 from typing import Any
 
-from slogate.gateway.config import build_config, merge, read_toml, slo_flag
+from slogate.gateway.config import build_config, merge, read_toml, slo_flag, worker_count
 from slogate.gateway.routing.policies import POLICIES
 from slogate.traces.slo import SloError, parse_duration
 from slogate.traces.usage import UsageError
@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "forwarded; repeatable; 'none' for no client (default loopback only)")
     p.add_argument("--unready-after-errors", type=_duration, metavar="SECONDS",
                    help="/readyz answers 503 once every request failed upstream-side this long (default 30)")
+    p.add_argument("--workers", metavar="N",
+                   help='worker processes accepting on --listen (SO_REUSEPORT) under one supervisor; "auto": '
+                   "one per core; needs --admin-listen (default 1)")
     p.add_argument("--shutdown-grace", type=_duration, metavar="SECONDS",
                    help="on SIGTERM, wait this long for in-flight streams (default 30)")
     t = p.add_argument_group("timeouts (seconds, or with a unit: 500ms, 2s)")
@@ -168,6 +171,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "max_body_bytes": args.max_body_bytes,
         "max_connections_per_upstream": args.max_connections_per_upstream,
         "shutdown_grace": args.shutdown_grace,
+        "workers": None if args.workers is None else (int(args.workers) if args.workers.isdigit() else args.workers),
         "unready_after_errors": args.unready_after_errors,
         "timeouts.connect": args.connect_timeout,
         "timeouts.ttfb": args.ttfb_timeout,
@@ -235,6 +239,10 @@ def _main(argv: list[str]) -> int:
 
     setup_logging(args.log_level, fmt=cfg.log_format)
     try:
+        if worker_count(cfg) > 1:
+            from slogate.gateway.workers import Supervisor
+
+            return _run(Supervisor(cfg, worker_count(cfg), args.log_level).run())
         _run(serve(cfg))
     except OSError as exc:
         if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
@@ -243,14 +251,13 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
-def _run(coro: Any) -> None:
+def _run(coro: Any) -> Any:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
-        asyncio.run(coro)
-        return
+        return asyncio.run(coro)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(coro)
+        return runner.run(coro)
 
 
 if __name__ == "__main__":

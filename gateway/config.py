@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,7 @@ class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
     inject_usage: bool = True
     max_body_bytes: int = 32 << 20
     shutdown_grace: float = 30.0
+    workers: int | str = 1  # worker processes on one port (gateway/workers.py); "auto": one per core
     unready_after_errors: float = 30.0  # /readyz 503 once the upstream answered only failures this long
     max_connections_per_upstream: int = 1024
     # clients whose x-slogate-* headers count (and are forwarded); others' are dropped
@@ -102,6 +104,7 @@ _HINTS: dict[str, str] = {
     "inject_usage": "true or false",
     "max_body_bytes": "a positive integer (bytes)",
     "shutdown_grace": "a non-negative number of seconds",
+    "workers": 'a positive integer or "auto" (one per core)',
     "unready_after_errors": "a positive number of seconds",
     "max_connections_per_upstream": "a positive integer",
     "max_model_labels": "a positive integer",
@@ -149,6 +152,7 @@ FLAGS: dict[str, str] = {
     "inject_usage": "--no-inject-usage",
     "max_body_bytes": "--max-body-bytes",
     "shutdown_grace": "--shutdown-grace",
+    "workers": "--workers",
     "unready_after_errors": "--unready-after-errors",
     "max_connections_per_upstream": "--max-connections",
     "trust_header_from": "--trust-header-from",
@@ -329,6 +333,19 @@ def _check(cfg: GatewayConfig) -> None:
         raise _bad("tokens.template", cfg.tokens.template, ", ".join(TEMPLATES))
     check_routing(cfg.routing, upstream_specs(cfg))
     _check_ecosystem(cfg)
+    if worker_count(cfg) > 1 and cfg.admin_listen is None:
+        raise UsageError(f"gateway.workers (--workers) = {cfg.workers!r} needs admin_listen (--admin-listen HOST:PORT): "
+                         "the supervisor serves the merged /metrics and /slogate/status there")
+
+
+def worker_count(cfg: GatewayConfig) -> int:
+    """`workers` as a number: "auto" is the cores this process may run on."""
+    n = cfg.workers
+    if n == "auto":
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
+        raise _bad("workers", n)
+    return n
 
 
 def _check_ecosystem(cfg: GatewayConfig) -> None:

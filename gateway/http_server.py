@@ -521,11 +521,15 @@ def protocol_factory(handler: Handler, *, max_body: int, limits: ClientLimits | 
 
 
 async def start_server(factory: type[ClientConn], host: str, port: int, *, backlog: int = 4096,
-                       sock: socket.socket | None = None) -> asyncio.Server:
-    loop = asyncio.get_running_loop()
-    if sock is not None:
-        return await loop.create_server(factory, sock=sock, backlog=backlog)
-    return await loop.create_server(factory, host, port, backlog=backlog, reuse_address=True)
+                       reuse_port: bool = False) -> asyncio.Server:
+    """Listen on host:port (`reuse_port`: beside the other `--workers` processes, SO_REUSEPORT)."""
+    return await asyncio.get_running_loop().create_server(factory, host, port, backlog=backlog, reuse_address=True,
+                                                          reuse_port=reuse_port or None)
+
+
+async def start_unix_server(factory: type[ClientConn], path: str) -> asyncio.Server:
+    """Listen on a Unix socket (a worker's private admin endpoint for the supervisor)."""
+    return await asyncio.get_running_loop().create_unix_server(factory, path, backlog=128)
 
 
 async def drain(conns: set[ClientConn], timeout: float) -> None:

@@ -42,6 +42,8 @@ from slogate.gateway.status import StatusWindow, health_response
 from slogate.gateway.timeouts import Deadlines
 from slogate.gateway.tokens import GatewayTokens
 from slogate.gateway.upstream import Upstream
+from slogate.gateway.worker_admin import WORKER_STATUS_PATH, worker_status_endpoint
+from slogate.gateway.worker_role import WorkerRole
 from slogate.traces.fdtable import reserve_fds
 from slogate.traces.runtime import shorten_switch_interval
 
@@ -58,11 +60,13 @@ def config_digest(cfg: GatewayConfig) -> str:
 class Gateway:
     """All long-lived parts of one gateway process."""
 
-    def __init__(self, cfg: GatewayConfig) -> None:
+    def __init__(self, cfg: GatewayConfig, role: WorkerRole | None = None) -> None:
         self.cfg = cfg
+        self.role = role  # --workers N: this process is one worker (gateway/workers.py); None: the only one
         slos = parse_slos(cfg.slos)
-        self.start_ns, self.start_unix = perf_epoch()
-        self.router = Router(upstream_specs(cfg), cfg.routing, expected_output_tokens=cfg.expected_output_tokens)
+        self.start_ns, self.start_unix = perf_epoch() if role is None else (role.start_ns, role.start_unix)
+        self.router = Router(upstream_specs(cfg), cfg.routing, expected_output_tokens=cfg.expected_output_tokens,
+                             shared=None if role is None else role.shared(cfg))
         self.upstreams: list[Upstream] = []
         for state in self.router.states:  # the router keeps the load; the Upstream owns the connections
             state.target = Upstream(state.spec.url, state.name)
@@ -72,7 +76,8 @@ class Gateway:
                                    legacy_model_label=cfg.legacy_model_label)
         self.status = StatusWindow(slos, self.start_ns)
         self.capture = (
-            Capture(cfg, start_ns=self.start_ns, start_unix=self.start_unix, config_digest=config_digest(cfg))
+            Capture(cfg, start_ns=self.start_ns, start_unix=self.start_unix, config_digest=config_digest(cfg),
+                    prefix="slogate" if role is None else role.trace_prefix)
             if cfg.trace.dir else None
         )
         self.sinks = _sinks(cfg, self.start_unix)
@@ -91,6 +96,8 @@ class Gateway:
             "/healthz": self.healthz,
             "/readyz": self.readyz,
         }
+        if role is not None:  # the supervisor merges every worker's status (gateway/admin_merge.py)
+            self.admin[WORKER_STATUS_PATH] = worker_status_endpoint(self)
         self._tasks: list[asyncio.Task] = []
 
     def _inflight(self) -> list[tuple[str, int, int]]:
@@ -105,16 +112,22 @@ class Gateway:
         # window never stalls the relay for long (the copy itself is a fast C-level list()).
         rows, now = list(self.status.rows), self.status.now()
         snap = await asyncio.to_thread(self.status.snapshot, rows, now)
-        snap["upstreams"] = {
-            s.name: {"inflight_requests": s.inflight_requests, "inflight_tokens": max(0, s.inflight_tokens),
-                     "ready": s.target.ready}  # type: ignore[attr-defined]
-            for s in self.router.states
-        }
-        snap["routing"] = self.router.status()
-        written, dropped = self.recorder.trace_counts()
-        snap["trace"] = {"enabled": self.capture is not None, "written": written, "dropped": dropped}
-        snap["event_loop_lag_s"] = self.metrics.loop_lag
+        snap |= self.status_extras()
         return Reply(200, orjson.dumps(snap))
+
+    def status_extras(self) -> dict:
+        """The parts of /slogate/status besides the windows: upstreams, routing, trace, loop lag."""
+        written, dropped = self.recorder.trace_counts()
+        return {
+            "upstreams": {
+                s.name: {"inflight_requests": s.inflight_requests, "inflight_tokens": max(0, s.inflight_tokens),
+                         "ready": s.target.ready}  # type: ignore[attr-defined]
+                for s in self.router.states
+            },
+            "routing": self.router.status(),
+            "trace": {"enabled": self.capture is not None, "written": written, "dropped": dropped},
+            "event_loop_lag_s": self.metrics.loop_lag,
+        }
 
     async def healthz(self) -> Reply:
         return Reply(*health_response(True))
@@ -231,9 +244,11 @@ def _end_remaining(relay: Relay) -> None:
         log.warning("grace period over: ended %d in-flight requests", n)
 
 
-async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None) -> None:
-    """Run the gateway until `stop` is set (or SIGTERM/SIGINT)."""
-    gateway = Gateway(cfg)
+async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None, role: WorkerRole | None = None) -> None:
+    """Run the gateway until `stop` is set (or SIGTERM/SIGINT). With a `role` (one of `--workers N`)
+    the proxy port is shared with the other workers (SO_REUSEPORT) and the admin endpoints are served
+    to the supervisor on the role's Unix socket."""
+    gateway = Gateway(cfg, role)
     await gateway.startup()
     _tune_runtime()
     stop = stop or asyncio.Event()
@@ -252,8 +267,12 @@ async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None) -> Non
         host, port = parse_hostport(cfg.listen, key="listen")
         proxy = http_server.protocol_factory(gateway.proxy_handler(with_admin=cfg.admin_listen is None),
                                              max_body=cfg.max_body_bytes, limits=limits)
-        servers.append((await http_server.start_server(proxy, host, port), proxy.registry))
-        if cfg.admin_listen is not None:
+        listener = await http_server.start_server(proxy, host, port, reuse_port=role is not None)
+        servers.append((listener, proxy.registry))
+        if role is not None:  # the supervisor serves admin_listen and asks each worker here
+            admin = http_server.protocol_factory(gateway.admin_handler, max_body=cfg.max_body_bytes, limits=None)
+            servers.append((await http_server.start_unix_server(admin, role.admin_socket), admin.registry))
+        elif cfg.admin_listen is not None:
             ahost, aport = parse_hostport(cfg.admin_listen, key="admin_listen")
             admin = http_server.protocol_factory(gateway.admin_handler, max_body=cfg.max_body_bytes, limits=None)
             servers.append((await http_server.start_server(admin, ahost, aport, backlog=128), admin.registry))

@@ -30,14 +30,16 @@ class Rejected(Exception):
 
 
 class AdmissionQueue:
-    """Waiters of one group: a heap of (-priority, seq, future)."""
+    """Waiters of one group: a heap of (-priority, seq, push, future). A waiter that waits again
+    (a timed re-check) keeps its seq, so its place; `push` keeps the entries distinct."""
 
-    __slots__ = ("_heap", "_seq", "depth", "max_size")
+    __slots__ = ("_heap", "_pushes", "_seq", "depth", "max_size")
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
-        self._heap: list[tuple[int, int, asyncio.Future]] = []
+        self._heap: list[tuple[int, int, int, asyncio.Future]] = []
         self._seq = 0
+        self._pushes = 0
         self.depth = 0  # live waiters
 
     def next_seq(self) -> int:
@@ -47,7 +49,8 @@ class AdmissionQueue:
     async def wait(self, priority: int, seq: int, timeout: float) -> bool:
         """Wait for a `wake()`; False on timeout. The caller checks `full()` before a first wait."""
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._heap, (-priority, seq, fut))
+        self._pushes += 1
+        heapq.heappush(self._heap, (-priority, seq, self._pushes, fut))
         self.depth += 1
         try:
             if timeout > 0:
@@ -69,7 +72,7 @@ class AdmissionQueue:
         """Let the first live waiter try again; False when nobody waits."""
         heap = self._heap
         while heap:
-            _, _, fut = heapq.heappop(heap)
+            _, _, _, fut = heapq.heappop(heap)
             if not fut.done():
                 fut.set_result(None)
                 self.depth -= 1

