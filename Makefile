@@ -4,7 +4,7 @@
 PYTHON   ?= python3
 VENV     ?= .venv
 BIN      := $(VENV)/bin
-PEERS    ?= .venv-peers
+PEERS    ?= $(VENV)/peers
 PIP      := $(BIN)/python -m pip
 APT_PKGS := prometheus nginx-light chromium
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -84,4 +84,4 @@ bench-routing: install-test   # routing policies on 4 simulated replicas
 	$(BIN)/python tests/bench/routing.py
 
 clean:
-	rm -rf $(VENV) $(PEERS) build *.egg-info
+	rm -rf $(VENV) build *.egg-info

@@ -1,6 +1,6 @@
 """Run the independent benchmark clients slogate is compared with (AIPerf), offline, for the tests.
 
-AIPerf lives in its own venv (`make install-test` builds `.venv-peers`, so its pins never change
+AIPerf lives in its own venv (`make install-test` builds `.venv/peers`, so its pins never change
 slogate's test environment) and loads the GGUF's own tokenizer from a local Hugging Face cache
 built here; `HF_HUB_OFFLINE=1` is set, so it never reaches a hub. Never skips: a missing install is
 a clear error naming the `make` step.
@@ -19,7 +19,7 @@ import msgspec
 from tests.realservers import GEMMA_GGUF, MODEL_CACHE, MissingDependency, gemma_model_path
 from tests.servers import REPO
 
-PEERS_VENV = REPO / ".venv-peers"
+PEERS_VENV = REPO / ".venv" / "peers"
 TOKENIZER_REPO = "slogate-local/gemma3-270m"  # a name in the local cache only: nothing by it on any hub
 _SNAPSHOT = "0" * 40
 
@@ -38,7 +38,7 @@ class PeerRequest(msgspec.Struct, frozen=True):
 def aiperf_binary() -> Path:
     path = PEERS_VENV / "bin" / "aiperf"
     if not path.exists():
-        raise MissingDependency(f"{path} is missing: run `make install-test` (it builds .venv-peers with AIPerf)")
+        raise MissingDependency(f"{path} is missing: run `make install-test` (it builds .venv/peers with AIPerf)")
     return path
 
 
@@ -76,14 +76,19 @@ def run_aiperf(
     output_tokens: int,
     requests: int,
     concurrency: int = 1,
+    warmup: int = 0,
     extra_body: dict | None = None,
     seed: int = 1,
     timeout: float = 300.0,
 ) -> list[PeerRequest]:
     """`aiperf profile` of streaming chats against `url`; its per-request records, in start order.
+    AIPerf starts about ten processes, each importing transformers (~17 s of CPU per run on this box):
+    `warmup` requests let that burst pass before the measured ones.
 
     llama-cpp-python's server reads `max_tokens`, not AIPerf's `max_completion_tokens`, so both go."""
     extra: list[str] = ["--extra-inputs", f"max_tokens:{output_tokens}"]
+    if warmup:  # sent first and left out of the export, as the replay's --warmup
+        extra += ["--warmup-request-count", str(warmup)]
     if extra_body:
         extra += ["--extra-inputs", json.dumps(extra_body)]
     cmd: Sequence[str] = [
@@ -101,8 +106,9 @@ def run_aiperf(
     export = out / "profile_export.jsonl"
     if done.returncode != 0 or not export.exists():
         raise AssertionError(f"aiperf exited {done.returncode}: {(done.stdout + done.stderr)[-3000:]}")
-    return sorted((_request(json.loads(line)) for line in export.read_text().splitlines() if line.strip()),
-                  key=lambda r: r.start)
+    rows = [json.loads(line) for line in export.read_text().splitlines() if line.strip()]
+    measured = [r for r in rows if r["metadata"].get("benchmark_phase", "profiling") == "profiling"]  # not warmup
+    return sorted(map(_request, measured), key=lambda r: r.start)
 
 
 def _request(row: dict) -> PeerRequest:
