@@ -62,3 +62,20 @@ def test_dense_schedule_stops_when_cancelled() -> None:
         assert 0 < n < len(times)
 
     _run(main())
+
+
+def test_replay_at_1000_per_second_takes_the_dense_path_over_http() -> None:
+    """A real sender at 1,000 req/s (dense: one helper thread walks its schedule) against the sim:
+    every request sent once, on schedule, none failed."""
+    from slogate.replay.profiles import synthesize
+    from slogate.replay.run import ReplayOptions, replay
+    from tests.simserver import start_sim
+
+    w = synthesize("constant:rate=1000", duration_s=1.0, input_tokens="fixed:8", output_tokens="fixed:2")
+    with start_sim(timing="constant", ttft_ms=1, itl_ms=1) as sim:
+        out = replay(w, ReplayOptions(target=sim.url, endpoint="completions", workers=1, keep_chunk_times=False))
+    s = out.results.summary
+    assert s.requests == len(w.requests) and s.failed == 0
+    assert sorted(round(r.t * 1000) for r in out.records) == list(range(len(w.requests)))
+    assert s.send_rate_rps is not None and abs(s.send_rate_rps / 1000 - 1) < 0.02, s.send_rate_rps
+    assert s.schedule_lag_s.p50 is not None and 0 <= s.schedule_lag_s.p50 < 0.005, s.schedule_lag_s
