@@ -110,8 +110,22 @@ async def _pace_dense(
     halt = threading.Event()
 
     def on_loop(item: T, intended_ns: int) -> None:
-        if not halt.is_set():
+        if halt.is_set():
+            return
+        try:
             fire(item, intended_ns)
+        except BaseException as exc:  # a failing `fire` is a bug: raise it from `pace`, as on the loop path
+            halt.set()
+            end(exc)
+
+    def on_prepare(item: T) -> None:
+        if halt.is_set() or prepare is None:
+            return
+        try:
+            prepare(item)
+        except BaseException as exc:
+            halt.set()
+            end(exc)
 
     def end(exc: BaseException | None) -> None:
         if finished.done():
@@ -129,7 +143,7 @@ async def _pace_dense(
                 deadline = start + when(item)
                 remaining = deadline - time.perf_counter()
                 if prepare is not None and remaining > PREPARE_AHEAD_S:
-                    loop.call_soon_threadsafe(prepare, item)  # built on the loop while this thread sleeps
+                    loop.call_soon_threadsafe(on_prepare, item)  # built on the loop while this thread sleeps
                 if remaining > COARSE_MARGIN_S and halt.wait(remaining - COARSE_MARGIN_S):
                     break
                 remaining = deadline - time.perf_counter()

@@ -79,3 +79,19 @@ def test_replay_at_1000_per_second_takes_the_dense_path_over_http() -> None:
     assert sorted(round(r.t * 1000) for r in out.records) == list(range(len(w.requests)))
     assert s.send_rate_rps is not None and abs(s.send_rate_rps / 1000 - 1) < 0.02, s.send_rate_rps
     assert s.schedule_lag_s.p50 is not None and 0 <= s.schedule_lag_s.p50 < 0.005, s.schedule_lag_s
+
+
+def test_a_failing_fire_is_raised_from_pace() -> None:
+    def fire(i: int, _ns: int) -> None:
+        if i == 5:
+            raise ValueError("bug in fire")
+
+    async def main() -> None:
+        await pace(list(range(100)), time.perf_counter(), lambda i: i / 10_000, fire)
+
+    try:
+        _run(main())
+    except ValueError as exc:
+        assert "bug in fire" in str(exc)
+    else:
+        raise AssertionError("pace swallowed the failure of fire")
