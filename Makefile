@@ -4,6 +4,7 @@
 PYTHON   ?= python3
 VENV     ?= .venv
 BIN      := $(VENV)/bin
+PEERS    ?= $(VENV)/peers
 PIP      := $(BIN)/python -m pip
 APT_PKGS := prometheus nginx-light chromium
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -27,7 +28,17 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python apt
 	CMAKE_BUILD_PARALLEL_LEVEL=2 $(PIP) install -q -e '.[llama]'
 	touch $@
 
-install-test: apt $(VENV)/.installed-test
+# The peer clients slogate is compared with (tests/test_peers.py): the `peers` extra of pyproject.toml,
+# in a venv of their own so their pins never change slogate's test environment. They run offline:
+# the test gives AIPerf the GGUF's own tokenizer in a local Hugging Face cache (no hub at run time).
+# guidellm is not installed: its data loader imports torch, whose PyPI wheels pull CUDA (several GB).
+$(PEERS)/.installed: pyproject.toml | $(BIN)/python
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install -q --upgrade pip
+	$(PEERS)/bin/python -m pip install -q $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['peers']))")
+	touch $@
+
+install-test: apt $(VENV)/.installed-test $(PEERS)/.installed
 
 # Debian packages the tests use: Prometheus (+promtool), nginx (bench reference), Chromium (report
 # test), and cmake/g++ to compile llama.cpp where no prebuilt llama-cpp-python wheel is available.

@@ -1,15 +1,19 @@
-"""Replay pacing accuracy at high rate: constant 2,000 req/s for 20 s of tiny requests against a fast sim.
+"""Replay pacing accuracy at high rate: a constant rate (default 5,000 req/s) for 20 s of tiny requests.
 
-The sim uses constant timing (TTFT 1 ms, ITL 1 ms, 4 output tokens) so the client, not the engine,
-is what is measured. Prints a table and writes tests/bench/results/replay_accuracy_r<replicas>.json: offered vs
-achieved send rate, schedule lag p50/p99/max, and the client's CPU time per request.
+The upstream is the bench's own `fast_upstream.py` (the same 4-token SSE stream for every request,
+tens of µs per request, `--upstream-procs` processes on one port) so the client, not the server, is
+what is measured; `--upstream sim` uses `slogate sim --timing constant` (TTFT = ITL = 1 ms) with
+`--replicas` processes instead (one Python sim saturates a core near 2,000 req/s). Prints a table and
+writes tests/bench/results/replay_accuracy_<upstream>.json: offered vs achieved send rate, schedule
+lag p50/p99/max, and the client's CPU time per request.
 
-    .venv/bin/python tests/bench/replay_accuracy.py [--rate 2000] [--duration 20] [--workers N] [--replicas 2]
+    .venv/bin/python tests/bench/replay_accuracy.py [--rate 5000] [--duration 20] [--workers N] [--upstream fast|sim]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -25,21 +29,32 @@ sys.path.insert(0, str(REPO))
 def main() -> int:
     from slogate.replay.profiles import synthesize
     from slogate.replay.run import ReplayOptions, replay
+    from tests.servers import free_port, running
     from tests.simserver import start_sim
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--rate", type=float, default=2000.0)
+    p.add_argument("--rate", type=float, default=5000.0)
     p.add_argument("--duration", type=float, default=20.0)
     p.add_argument("--workers", type=int, default=None, help="sender processes (default: auto)")
-    p.add_argument("--replicas", type=int, default=2,
-                   help="sim processes, one port each (default 2: one Python sim process saturates a core near 2,000 req/s)")
+    p.add_argument("--upstream", choices=("fast", "sim"), default="fast")
+    p.add_argument("--upstream-procs", type=int, default=1, help="fast upstream processes on one port (default 1)")
+    p.add_argument("--replicas", type=int, default=2, help="--upstream sim: sim processes, one port each (default 2)")
     ns = p.parse_args()
     w = synthesize(f"constant:rate={ns.rate:g}", duration_s=ns.duration, input_tokens="fixed:8", output_tokens="fixed:4")
-    with start_sim(timing="constant", ttft_ms=1, itl_ms=1, replicas=ns.replicas) as sim:
-        target = ",".join(sim.urls) if ns.replicas > 1 else sim.url  # type: ignore[attr-defined]
+    with contextlib.ExitStack() as stack:
+        if ns.upstream == "sim":
+            sim = stack.enter_context(start_sim(timing="constant", ttft_ms=1, itl_ms=1, replicas=ns.replicas))
+            target = ",".join(sim.urls) if ns.replicas > 1 else sim.url  # type: ignore[attr-defined]
+            options = ReplayOptions(target=target, endpoint="completions", workers=ns.workers, keep_chunk_times=False)
+        else:
+            port = free_port()
+            cmd = [sys.executable, str(REPO / "tests" / "bench" / "fast_upstream.py"), "--port", str(port),
+                   "--procs", str(ns.upstream_procs)]
+            upstream = stack.enter_context(running(cmd, port, ready_path="/v1/models"))
+            options = ReplayOptions(target=upstream.url, endpoint="completions", workers=ns.workers,
+                                    keep_chunk_times=False, model="bench", tokenizer="none", force_output="none")
         t0 = time.perf_counter()
-        out = replay(w, ReplayOptions(target=target, endpoint="completions", workers=ns.workers,
-                                      keep_chunk_times=False))
+        out = replay(w, options)
         wall = time.perf_counter() - t0
     s = out.results.summary
     lag = s.schedule_lag_s
@@ -58,7 +73,8 @@ def main() -> int:
         "client_cpu_s": out.client_cpu_s,
         "client_cpu_per_request_us": out.client_cpu_s / max(s.requests, 1) * 1e6,
         "workers": out.results.environment.workers,
-        "sim_replicas": ns.replicas,
+        "upstream": ns.upstream if ns.upstream == "fast" else f"sim x{ns.replicas}",
+        "upstream_procs": ns.upstream_procs if ns.upstream == "fast" else ns.replicas,
         "degraded": s.degraded,
         "degraded_reasons": s.degraded_reasons,
         "wall_s": wall,
@@ -67,10 +83,10 @@ def main() -> int:
         "within_1pct": bool(s.send_rate_rps and s.offered_rate_rps and s.send_rate_rps >= 0.99 * s.offered_rate_rps),
     }
     width = max(map(len, result))
-    print(f"replay accuracy: constant {ns.rate:g} req/s for {ns.duration:g} s, 8 in / 4 out tokens, sim TTFT=ITL=1 ms")
+    print(f"replay accuracy: constant {ns.rate:g} req/s for {ns.duration:g} s, 8 in / 4 out tokens, upstream {result['upstream']}")
     for k, v in result.items():
         print(f"  {k:<{width}}  {v:.3f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
-    dest = REPO / "tests" / "bench" / "results" / f"replay_accuracy_r{ns.replicas}.json"
+    dest = REPO / "tests" / "bench" / "results" / f"replay_accuracy_{ns.upstream}.json"
     save_json(dest, result)
     print(json.dumps(result))
     return 0
