@@ -133,5 +133,12 @@ def test_aiperf_through_gateway_agrees_with_gateway_and_replay(tmp_path: Path) -
     assert all(r.output_tokens == OUTPUT_TOKENS for r in ours), [r.output_tokens for r in ours]
     assert min(d_ttft) >= 0 and min(d_e2e) >= 0, (d_ttft, d_e2e)
     assert statistics.median(d_ttft) <= 0.002 and statistics.median(d_e2e) <= 0.002, (d_ttft, d_e2e)
-    assert abs(ttft_ours / ttft_peer - 1) <= 0.05, (ttft_ours, ttft_peer)
-    assert abs(e2e_ours / e2e_peer - 1) <= 0.05, (e2e_ours, e2e_peer)
+    # One set of definitions: each client's figure over what the gateway saw of that client's own requests.
+    # (The raw medians differ by the server's speed: AIPerf's ~10 processes load the box it measures.)
+    e2e_server_peer = statistics.median(g[2] for _, g in pairs)
+    e2e_server_ours = statistics.median(g[2] for g in gateway if id(g) not in by_gateway)
+    ttft_ratio = (ttft_ours / server_ours) / (ttft_peer / server_peer)
+    e2e_ratio = (e2e_ours / e2e_server_ours) / (e2e_peer / e2e_server_peer)
+    print(f"client/gateway TTFT: slogate {ttft_ours / server_ours:.4f}, AIPerf {ttft_peer / server_peer:.4f}; "
+          f"E2E: slogate {e2e_ours / e2e_server_ours:.4f}, AIPerf {e2e_peer / e2e_server_peer:.4f}")
+    assert abs(ttft_ratio - 1) <= 0.05 and abs(e2e_ratio - 1) <= 0.05, (ttft_ratio, e2e_ratio)
