@@ -7,10 +7,7 @@ SDK's OTLP/HTTP exporter sends.
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Iterator
-from typing import ClassVar
 
 import orjson
 import pytest
@@ -19,46 +16,34 @@ from slogate.gateway.live_metrics import DURATION_BUCKETS, LiveMetrics, MetricsC
 from slogate.gateway.otel_metrics import ATTRIBUTES, INSTRUMENTS, OtelMetrics
 from slogate.traces.usage import UsageError
 from tests.gateway.fixtures_gateway import SIM_MODEL, http_request, metric_samples, start_gateway, wait_for
-from tests.servers import free_port
+from tests.otlp_receiver import otlp_receiver as receiver
 from tests.simserver import start_sim
 
 pytestmark = pytest.mark.timeout(60)
 
 
-class _Receiver(http.server.BaseHTTPRequestHandler):
-    exports: ClassVar[list] = []  # (service.name, {metric name: Metric}) per metrics export
-
-    def do_POST(self) -> None:
-        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        if self.path == "/v1/metrics":
-            req = ExportMetricsServiceRequest.FromString(body)
-            for rm in req.resource_metrics:
-                service = {a.key: a.value.string_value for a in rm.resource.attributes}.get("service.name")
-                metrics = {m.name: m for sm in rm.scope_metrics for m in sm.metrics}
-                _Receiver.exports.append((service, metrics))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 @pytest.fixture
 def otlp_receiver() -> Iterator[str]:
     import opentelemetry.proto  # noqa: F401  (the test extra installs it: make test)
-    _Receiver.exports = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with receiver() as (url, bodies):
+        _RECEIVED.clear()
+        _RECEIVED.append(bodies)
+        yield url
+
+
+_RECEIVED: list[dict[str, list[bytes]]] = []
+
+
+def _exports() -> list[tuple[str | None, dict]]:
+    """(service.name, {metric name: Metric}) per metrics export received so far."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+    out = []
+    for body in list(_RECEIVED[0].get("/v1/metrics", [])):
+        for rm in ExportMetricsServiceRequest.FromString(body).resource_metrics:
+            service = {a.key: a.value.string_value for a in rm.resource.attributes}.get("service.name")
+            out.append((service, {m.name: m for sm in rm.scope_metrics for m in sm.metrics}))
+    return out
 
 
 def _attrs(point) -> frozenset:
@@ -80,8 +65,8 @@ def test_otlp_metrics_match_the_metrics_endpoint(otlp_receiver) -> None:
             assert http_request(gw.url, "POST", "/v1/chat/completions", orjson.dumps(body),
                                 {"Content-Type": "application/json"})[0] == 200
         samples = metric_samples(gw.url)
-        wait_for(lambda: any(_duration_count(m) == 3 for _, m in _Receiver.exports), timeout=15)
-    service, metrics = next((s, m) for s, m in _Receiver.exports if _duration_count(m) == 3)
+        wait_for(lambda: any(_duration_count(m) == 3 for _, m in _exports()), timeout=15)
+    service, metrics = next((s, m) for s, m in _exports() if _duration_count(m) == 3)
     assert service == "gw-metrics"
     for prom, (name, unit) in INSTRUMENTS.items():
         m = metrics[name]

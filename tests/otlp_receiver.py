@@ -1,0 +1,36 @@
+"""A real OTLP/HTTP receiver for tests: a threaded HTTP server that keeps every POSTed body by path
+(`/v1/traces`, `/v1/metrics`); the tests decode them with opentelemetry-proto."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def otlp_receiver() -> Iterator[tuple[str, dict[str, list[bytes]]]]:
+    """(its URL, path → the bodies received so far), on a port the kernel picked."""
+    bodies: dict[str, list[bytes]] = defaultdict(list)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            bodies[self.path].append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", bodies
+    finally:
+        server.shutdown()
+        server.server_close()
