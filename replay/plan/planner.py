@@ -36,6 +36,7 @@ class PointRow(msgspec.Struct, kw_only=True):
     tpot_p99_s: float | None
     preemptions: int
     peak_in_flight: int
+    stopped_at: float | None = None  # "stopped early: attainment lost at t=…" (virtual s)
 
 
 class CandidatePlan(msgspec.Struct, kw_only=True, omit_defaults=False):
@@ -95,6 +96,7 @@ class Settings(msgspec.Struct, kw_only=True):
     at_rate_rps: float | None = None
     prices: dict[str, float] = {}
     precision: float = 0.02
+    early_stop: bool = True  # stop a point's simulation once its attainment target is lost
 
 
 def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Settings, *, trace: str | None = None,
@@ -148,7 +150,8 @@ def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, c
         row.fits, row.reason = False, fit.reason
         row.wall_s = round(time.perf_counter() - t0, 3)
         return row
-    run = cap.runner(workload, cand.target, settings.slo, cand.model)
+    run = cap.runner(workload, cand.target, settings.slo, cand.model,
+                     attainment=settings.attainment if settings.early_stop else None)
     found = cap.search(run, attainment=settings.attainment, precision=settings.precision, base_rps=ctx.trace_rps)
     row.capacity_rps, row.capacity_speed, row.capacity_capped = found.capacity_rps, found.capacity_speed, found.capped
     row.knee_rps, row.knee_speed = found.knee_rps, found.knee_speed
@@ -162,7 +165,7 @@ def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, c
         row.reason = f"misses {settings.attainment:.1%} SLO attainment even at {cap.MIN_SPEED:g}× the trace's rate"
     else:
         row.operating_speed = found.capacity_speed * (1 - settings.headroom)
-        op = run(row.operating_speed)
+        op = cap.runner(workload, cand.target, settings.slo, cand.model)(row.operating_speed)  # runs to the end
         found.points.append(op)
         summary = op.summary
         row.operating_rps = summary.offered_rate_rps or ctx.trace_rps * row.operating_speed
@@ -183,4 +186,4 @@ def _row(p: cap.Point) -> PointRow:
     return PointRow(speed=p.speed, offered_rps=s.offered_rate_rps, request_rate_rps=s.request_rate_rps,
                     output_tokens_per_s=s.output_tokens_per_s, slo_attainment=s.slo_attainment,
                     ttft_p99_s=s.ttft_s.p99, tpot_p99_s=s.tpot_s.p99, preemptions=p.preemptions,
-                    peak_in_flight=p.peak_in_flight)
+                    peak_in_flight=p.peak_in_flight, stopped_at=p.stopped_at)

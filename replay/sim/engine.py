@@ -312,21 +312,38 @@ def _too_long(res: SimResult, spec: EngineSpec, engine: Engine) -> bool:
     return False
 
 
-def run_virtual(requests: Sequence[SimRequest], config: SimConfig | None = None) -> SimRun:
-    """Simulate an open-loop workload in virtual time; results in input order plus engine stats."""
+def run_virtual(requests: Sequence[SimRequest], config: SimConfig | None = None, *,
+                stop_when: Callable[[SimResult, float], bool] | None = None) -> SimRun:
+    """Simulate an open-loop workload in virtual time; results in input order plus engine stats.
+
+    Early stop: `stop_when(result, t_end)` is called as each request finishes; when it returns True
+    every engine's loop ends there (`stats.stopped_at` = that virtual time; unfinished requests
+    get `error="aborted"`). With several replicas the engines run one after another."""
     config = config or SimConfig()
     wall = time.perf_counter()
     spec, engines = _engines(config)
     reqs, results = _plan(requests, config, spec)
+    stopped: list[float] = []
+
+    def check(req: SimReq, t_end: float) -> None:
+        if not stopped and stop_when is not None and stop_when(results[req.uid], t_end):
+            stopped.append(t_end)
+            for e in engines:
+                e.stopped = True
+
     order = sorted(range(len(reqs)), key=lambda i: reqs[i].arrival)
     for k, i in enumerate(order):
         engine = engines[k % len(engines)]
         results[i].replica = engine.replica
         if not _too_long(results[i], spec, engine):
+            if stop_when is not None:
+                reqs[i].on_finish = check
             engine.submit(reqs[i])
     for engine in engines:
         drive(engine.run())
-    return _finish(results, reqs, engines, time.perf_counter() - wall)
+    run = _finish(results, reqs, engines, time.perf_counter() - wall)
+    run.stats.stopped_at = stopped[0] if stopped else None
+    return run
 
 
 def simulate(requests: Sequence[SimRequest], config: SimConfig | None = None) -> list[SimResult]:

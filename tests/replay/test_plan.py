@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from slogate.cli import main as slogate
@@ -162,3 +163,41 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert "examples:" in capsys.readouterr().out
     with pytest.raises(UsageError):
         cands.parse_prices("l4")
+
+
+def test_early_stop_keeps_the_capacity_and_stops_overloaded_points(tmp_path: Path) -> None:
+    from slogate.replay.cli.plan import build_parser, settings_from, workload_from
+    from slogate.replay.plan.planner import plan
+
+    trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=10)
+    ns = build_parser().parse_args([str(trace), "--slo", "ttft=0.1", "--attainment", "0.9", "--candidates", "x/y"])
+    workload, _ = workload_from(ns)
+    cand = cands.parse_candidate(f"h100-sxm/llama-3-8b?max_num_seqs={MAX_SEQS}&jitter=0")
+    full = plan(workload, [cand], msgspec.structs.replace(settings_from(ns), early_stop=False)).candidates[0]
+    fast = plan(workload, [cand], settings_from(ns)).candidates[0]
+    assert fast.capacity_rps == full.capacity_rps and fast.capacity_speed == full.capacity_speed
+    assert all(p.stopped_at is None for p in full.points)
+    stopped = [p for p in fast.points if p.stopped_at is not None]
+    assert stopped and all(p.slo_attainment is not None and p.slo_attainment < 0.9 for p in stopped)
+    span = 10.0 / min(p.speed for p in stopped)  # the trace's length at the slowest stopped speed
+    assert all(p.stopped_at < span for p in stopped)
+    assert all(p.stopped_at is None for p in fast.points if p.slo_attainment is not None and p.slo_attainment >= 0.9)
+
+
+def test_sim_stop_hook_ends_the_run_where_it_fires() -> None:
+    from slogate.replay.sim.engine import SimConfig, SimRequest, run_virtual
+
+    reqs = [SimRequest(arrival=i * 0.01, prompt_tokens=64, output_tokens=32) for i in range(200)]
+    config = SimConfig(gpu="h100-sxm", model="llama-3-8b", jitter=0)
+    whole = run_virtual(reqs, config)
+    seen: list[float] = []
+
+    def after_ten(_res: object, t: float) -> bool:
+        seen.append(t)
+        return len(seen) >= 10
+
+    cut = run_virtual(reqs, config, stop_when=after_ten)
+    assert whole.stats.stopped_at is None and whole.stats.errors == 0
+    assert cut.stats.stopped_at == seen[9] and len(seen) == 10  # never called again once it fired
+    assert cut.stats.steps < whole.stats.steps
+    assert sum(r.error == "aborted" for r in cut.results) >= 150  # the rest never finished
