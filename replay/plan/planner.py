@@ -14,14 +14,14 @@ import msgspec
 from slogate.replay import workload as wl
 from slogate.replay.plan import capacity as cap
 from slogate.replay.plan import cost as costs
-from slogate.replay.plan import feasibility
+from slogate.replay.plan import feasibility, scaling
 from slogate.replay.plan.candidates import Candidate
 from slogate.replay.sim import catalog
 from slogate.replay.sim.config import vllm_defaults
 from slogate.traces.metrics import summarize as distribution
 from slogate.traces.slo import Slo
 
-PLAN_SCHEMA_VERSION = 1
+PLAN_SCHEMA_VERSION = 1  # later fields (tp_*, interconnect, stopped_at) are optional: old files still read
 
 
 class PointRow(msgspec.Struct, kw_only=True):
@@ -60,6 +60,11 @@ class CandidatePlan(msgspec.Struct, kw_only=True, omit_defaults=False):
     goodput_tokens_per_s: float | None = None
     goodput_tokens_per_s_per_gpu: float | None = None
     binding_limit: str | None = None  # at the first simulated load past the capacity
+    tp: int = 1
+    interconnect: str | None = None  # what the TP all-reduces run over (nvlink, pcie4, pcie5)
+    tp_base: int | None = None  # the smaller tp of the same candidate this row's scaling is against
+    tp_speedup: float | None = None  # capacity_rps / capacity_rps at tp_base
+    tp_efficiency: float | None = None  # tp_speedup / (tp / tp_base): 1.0 = as good as more replicas
     max_num_seqs: int = 0
     max_num_batched_tokens: int = 0
     feasibility: feasibility.Fit | None = None
@@ -130,8 +135,21 @@ def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Setti
             out.candidates.append(row)
             if on_candidate is not None:
                 on_candidate(row)
+    fill_scaling(out.candidates, candidates)
     out.wall_s = round(time.perf_counter() - t0, 3)
     return out
+
+
+def fill_scaling(rows: Sequence[CandidatePlan], candidates: Sequence[Candidate]) -> None:
+    """Each row's TP step against the next smaller tp of the same candidate (scaling.steps)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (row, cand) in enumerate(zip(rows, candidates, strict=True)):
+        row.tp = cand.int_option("tp", 1)
+        row.interconnect = scaling.interconnect_of(cand.gpu, cand.options)
+        groups.setdefault(scaling.group_key(cand.gpu, cand.model, cand.opts), []).append(i)
+    for members in groups.values():
+        for i, step in zip(members, scaling.steps([(rows[i].tp, rows[i].capacity_rps) for i in members]), strict=True):
+            rows[i].tp_base, rows[i].tp_speedup, rows[i].tp_efficiency = step
 
 
 def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, ctx: Plan) -> CandidatePlan:

@@ -201,3 +201,40 @@ def test_sim_stop_hook_ends_the_run_where_it_fires() -> None:
     assert cut.stats.stopped_at == seen[9] and len(seen) == 10  # never called again once it fired
     assert cut.stats.steps < whole.stats.steps
     assert sum(r.error == "aborted" for r in cut.results) >= 150  # the rest never finished
+
+
+def test_tp_scaling_efficiency_over_nvlink_and_pcie(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Prefill-heavy requests: each token's activations are all-reduced twice per layer, which PCIe
+    (32 GB/s) makes cost about 40 % of the prefill compute at tp=2 and NVLink (300 GB/s) about 4 %."""
+    from slogate.traces.record import RequestRecord, TraceHeader
+    from slogate.traces.segments import write_segment
+
+    trace = tmp_path / "prefill.jsonl.zst"
+    write_segment(trace, TraceHeader(source="test", block_unit="tokens", block_size=16),
+                  [RequestRecord(t=i / 10, input_tokens=1024, output_tokens=16, max_tokens=16) for i in range(60)])
+    out = tmp_path / "p"
+    assert slogate(["plan", str(trace), "--slo", "ttft=0.5", "--attainment", "0.9", "--out", str(out),
+                    "--candidates", "a100-80g/llama-3-8b?jitter=0", "--grid", "interconnect=nvlink,pcie4",
+                    "--grid", "tp=1,2"]) == 0
+    rows = {c.candidate: c for c in load(out).candidates}
+    one_nv, one_pcie = rows["a100-80g/llama-3-8b?jitter=0&interconnect=nvlink&tp=1"], \
+        rows["a100-80g/llama-3-8b?jitter=0&interconnect=pcie4&tp=1"]
+    nv, pcie = rows["a100-80g/llama-3-8b?jitter=0&interconnect=nvlink&tp=2"], \
+        rows["a100-80g/llama-3-8b?jitter=0&interconnect=pcie4&tp=2"]
+    assert one_nv.capacity_rps == one_pcie.capacity_rps  # tp=1 has no all-reduce: the link does not matter
+    assert one_nv.tp_speedup is None and one_nv.interconnect == "nvlink" and one_pcie.interconnect == "pcie4"
+    assert nv.tp_base == pcie.tp_base == 1 and nv.gpus_per_replica == 2
+    assert nv.tp_speedup == pytest.approx(nv.capacity_rps / one_nv.capacity_rps, rel=1e-3)
+    assert nv.tp_efficiency == pytest.approx(nv.tp_speedup / 2, rel=1e-3)
+    assert pcie.tp_efficiency < 0.85 < 0.95 < nv.tp_efficiency  # PCIe loses a real share, NVLink almost none
+    table = capsys.readouterr().out
+    assert f"tp 1→2: {pcie.tp_speedup:.2f}× ({pcie.tp_efficiency:.0%}) pcie4" in table
+
+
+def test_interconnect_errors_name_the_fix() -> None:
+    with pytest.raises(UsageError, match="L40S has no NVLink"):
+        cands.parse_candidate("l40s/llama-3-8b?tp=2&interconnect=nvlink")
+    with pytest.raises(UsageError, match="interconnect='infiniband'"):
+        cands.parse_candidate("h100/llama-3-8b?interconnect=infiniband")
+    cand = cands.parse_candidate("h100-sxm/llama-3-8b?tp=2&interconnect=pcie5")
+    assert cand.target == "sim:h100-sxm/llama-3-8b?tp=2&gpu_set=link_gb_s=64,link_latency_us=15"
