@@ -56,11 +56,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="show every percentile (p95, p99.9, count) in the table")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0: the same inputs give the same CIs)")
     p.add_argument("--resamples", type=int, default=400, help="bootstrap resamples per side (default 400)")
+    p.add_argument("--plan", metavar="PLAN", help="compare a `slogate plan` prediction (plan.json or its directory) "
+                   "with each RUN given as a `slogate sweep` directory: predicted vs measured capacity and knee")
+    p.add_argument("--candidate", metavar="SPEC", help="with --plan: the plan's candidate the sweep measured "
+                   "(default: the one in the sweep's command, or the plan's only fitting one)")
     return p
+
+
+def plan_vs_sweeps(plan_path: str, sweep_paths: Sequence[str], candidate: str | None, as_json: bool) -> int:
+    """`compare --plan PLAN SWEEP [SWEEP …]` (replay.plan.vs_sweep does the matching and the arithmetic)."""
+    from slogate.replay.plan import vs_sweep
+    from slogate.replay.plan.output import load as load_plan
+    from slogate.replay.sweep import load as load_sweep
+
+    try:
+        plan = load_plan(plan_path)
+        sweeps = [load_sweep(p) for p in sweep_paths]
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise UsageError(f"--plan: cannot read the plan or a sweep ({exc}); give a plan.json and sweep directories") from None
+    out = []
+    for path, sweep in zip(sweep_paths, sweeps, strict=True):
+        row = vs_sweep.find_candidate(plan, sweep, candidate)
+        if row is None:
+            raise UsageError(f"{path}: which plan candidate did this sweep measure? name it with --candidate SPEC")
+        out.append(vs_sweep.compare(plan, sweep, row))
+    if as_json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
+    else:
+        print("\n\n".join("\n".join(vs_sweep.lines(v)) for v in out))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(argv) if argv is not None else None)
+    if args.plan:
+        return plan_vs_sweeps(args.plan, args.sides, args.candidate, args.json)
     if len(args.sides) < 2:
         raise UsageError("compare needs at least two sides: slogate compare BASELINE CANDIDATE [MORE …]")
     try:
