@@ -43,6 +43,7 @@ def test_serve_cmd_starts_llama_cpp_per_grid_point(tmp_path: Path, capsys: pytes
         sweep = load(out / by[n_ctx]["dir"])
         [point] = sweep.points
         assert point.slo_attainment == attained, (n_ctx, point)
+        assert point.failed == (4 if n_ctx == "256" else 0)  # every 300-token prompt overflows 256
         env = json.loads((out / by[n_ctx]["dir"] / point.dir / "results.json").read_text())["environment"]
         assert env["labels"]["serve_cmd"].endswith(f"--n_ctx {n_ctx}") and env["labels"]["grid.n_ctx"] == n_ctx
         assert env["server_kind"] == "llamacpp"
