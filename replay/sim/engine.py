@@ -14,6 +14,7 @@ Virtual-time API (no HTTP, no sleeping; same seed → same results)::
     results[0].to_record()  # traces.record.RequestRecord (t = arrival)
 
     run = run_virtual(reqs, config)  # SimRun: .results (input order) + .stats (preemptions, prefix hits…)
+    run = run_virtual(reqs, config, stop_when=lambda res, t: …)  # early stop: True ends the run at t
     run = closed_loop(reqs, concurrency=32, config=config)  # each finish releases the next request
     run = closed_loop(reqs, 32, config, duration=600.0)  # …repeating the requests for 600 virtual s
 
