@@ -125,10 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs = parse_jobs(ns.jobs)
     candidates = cands.expand(cands.parse_candidates(ns.candidates), cands.parse_grid(ns.grid))
     workload, path = workload_from(ns)
-    progress = None if ns.json else (lambda c: print(f"plan: {c.candidate}: "
-                                                     + (f"{c.capacity_rps:.3g} req/s" if c.capacity_rps else
-                                                        (c.reason or "no capacity")) + f" ({c.wall_s:.1f}s)",
-                                                     file=sys.stderr, flush=True))
+    progress = None if ns.json else (lambda c: print(output.progress_line(c), file=sys.stderr, flush=True))
     result = plan(workload, candidates, settings, trace=path, command=["slogate", "plan", *argv], on_candidate=progress,
                   jobs=jobs)
     result.candidates = output.by_cost(result)  # plan.json lists them in the table's order

@@ -45,6 +45,18 @@ def cells(c: CandidatePlan) -> list[str]:
             _num(c.goodput_tokens_per_s_per_gpu, 4), scaling.describe(c.tp, scaling.Step(c.tp_base, c.tp_speedup, c.tp_efficiency), c.interconnect), limit]
 
 
+def progress_line(c: CandidatePlan) -> str:
+    """`plan: CANDIDATE: 5.44 req/s, 9 points (5 stopped early: attainment lost at t=35–300 s) (43.2s)`."""
+    head = f"{c.capacity_rps:.3g} req/s" if c.capacity_rps else (c.reason or "no capacity")
+    stops = [p.stopped_at for p in c.points if p.stopped_at is not None]
+    if c.points:
+        head += f", {len(c.points)} points"
+    if stops:
+        span = f"{min(stops):.3g}" if len(stops) == 1 else f"{min(stops):.3g}–{max(stops):.3g}"
+        head += f" ({len(stops)} stopped early: attainment lost at t={span} s)"
+    return f"plan: {c.candidate}: {head} ({c.wall_s:.1f}s)"
+
+
 def footer(plan: Plan) -> list[str]:
     at = f", --at-rate {plan.at_rate_rps:g} req/s" if plan.at_rate_rps else ""
     return [f"SLO {plan.slo} at ≥ {plan.attainment_target:.1%} attainment; operating point = capacity × "

@@ -14,7 +14,7 @@ import pytest
 from slogate.cli import main as slogate
 from slogate.replay.plan import candidates as cands
 from slogate.replay.plan import cost, feasibility
-from slogate.replay.plan.output import load
+from slogate.replay.plan.output import load, progress_line
 from slogate.replay.sim import catalog
 from slogate.replay.sim.catalog import GiB, find_gpu, find_model
 from slogate.replay.sim.kvcache import ACTIVATION_RESERVE_GIB, BLOCK_SIZE
@@ -182,6 +182,8 @@ def test_early_stop_keeps_the_capacity_and_stops_overloaded_points(tmp_path: Pat
     span = 10.0 / min(p.speed for p in stopped)  # the trace's length at the slowest stopped speed
     assert all(p.stopped_at < span for p in stopped)
     assert all(p.stopped_at is None for p in fast.points if p.slo_attainment is not None and p.slo_attainment >= 0.9)
+    line = progress_line(fast)
+    assert f"{len(stopped)} stopped early: attainment lost at t=" in line and line.startswith(f"plan: {fast.candidate}")
 
 
 def test_sim_stop_hook_ends_the_run_where_it_fires() -> None:
