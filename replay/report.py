@@ -19,6 +19,8 @@ from slogate.replay import report_sessions
 from slogate.replay import results as results_io
 from slogate.replay import sweep as sweep_io
 from slogate.replay.names import number_repeated_names
+from slogate.replay.plan import output as plan_output
+from slogate.replay.plan import vs_sweep
 from slogate.replay.report_conclusions import conclude
 from slogate.replay.report_model import ReportData, RunData, SweepData, flatten_sample
 from slogate.replay.significance import bootstrap_deltas
@@ -40,11 +42,14 @@ def collect(paths: Sequence[str | Path], *, with_records: bool = True) -> Report
     runs: list[RunData] = []
     sweeps: list[SweepData] = []
     names: list[str] = []  # what was named on the command line, for the title
+    plans = []
     for raw in paths:
         p = Path(raw)
         if not p.exists():
             raise ReportError(f"{p}: no such file or directory (give a run directory holding results.json, or a sweep directory)")
-        if p.is_dir() and (p / "sweep.json").is_file():
+        if (p.is_dir() and (p / "plan.json").is_file() and not (p / "results.json").is_file()) or p.name == "plan.json":
+            plans.append(_load(plan_output.load, p, "plan.json"))  # shown beside the sweeps (plan vs measurement)
+        elif p.is_dir() and (p / "sweep.json").is_file():
             sweep = _load(sweep_io.load, p / "sweep.json", "sweep.json")
             sweeps.append(SweepData(name=p.name, path=str(p), sweep=sweep))
             names.append(f"sweep {p.name}")
@@ -55,6 +60,10 @@ def collect(paths: Sequence[str | Path], *, with_records: bool = True) -> Report
             names.append(runs[-1].name)
     if not runs:
         raise ReportError("nothing to report: give at least one run directory")
+    for sw in sweeps:
+        row = next((r for plan in plans if (r := vs_sweep.find_candidate(plan, sw.sweep)) is not None), None)
+        if row is not None:
+            sw.planned = vs_sweep.compare(next(pl for pl in plans if row in pl.candidates), sw.sweep, row)
     number_repeated_names(runs)
     data = ReportData(title="slogate report: " + ", ".join(names), generated_unix=time.time(), runs=runs, sweeps=sweeps)
     if 1 < len(runs) <= MAX_CI_RUNS:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import msgspec
 
 from slogate.replay import sweep as sweep_io
+from slogate.replay.plan.vs_sweep import PlanVsSweep
 from slogate.replay.results import Results
 from slogate.replay.stability import Stability
 from slogate.traces.record import RequestRecord
@@ -31,6 +32,7 @@ class SweepData(msgspec.Struct):
     name: str
     path: str
     sweep: sweep_io.Sweep
+    planned: PlanVsSweep | None = None  # a plan.json given beside it: predicted vs measured (replay.plan.vs_sweep)
 
 
 class Conclusion(msgspec.Struct):

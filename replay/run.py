@@ -14,7 +14,9 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
 import msgspec
@@ -33,6 +35,9 @@ from slogate.replay.workload import Workload, mean_rate, split_for_workers
 from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.slo import Slo
 from slogate.traces.usage import UsageError
+
+if TYPE_CHECKING:
+    from slogate.replay.sim.records import SimResult
 
 RATE_PER_WORKER = 500.0  # requests/s one sender process is given above the single-process range
 SINGLE_WORKER_MAX_RPS = 200.0
@@ -129,7 +134,16 @@ async def run_replay(workload: Workload, options: ReplayOptions) -> RunOutput:
         raise Interrupted(interrupt.signum) from None
 
 
-def _run_virtual(workload: Workload, options: ReplayOptions, path: str) -> RunOutput:
+def replay_virtual(workload: Workload, options: ReplayOptions, *,
+                   stop_when: Callable[[SimResult, float], bool] | None = None) -> RunOutput:
+    """`replay` in virtual time with the sim's early stop (`slogate plan`'s capacity search)."""
+    if not workload.requests:
+        raise UsageError("the workload is empty: check --window/--sample/--max-requests/--duration")
+    return _run_virtual(workload, options, endpoint_path(options.endpoint), stop_when=stop_when)
+
+
+def _run_virtual(workload: Workload, options: ReplayOptions, path: str,
+                 stop_when: Callable[[SimResult, float], bool] | None = None) -> RunOutput:
     spec = parse_target(options.target)
     if spec.sim is None:
         raise UsageError("--virtual needs a simulated target: --target sim:GPU/MODEL")
@@ -137,7 +151,7 @@ def _run_virtual(workload: Workload, options: ReplayOptions, path: str) -> RunOu
 
     t_wall = time.time()
     items, stats = run_virtual(workload, spec.sim, endpoint=path, model=options.model or spec.sim.get("model"),
-                               stop_on_error=options.stop_on_error)
+                               stop_on_error=options.stop_on_error, stop_when=stop_when)
     env = _environment(options, workload, Probe(models=[spec.sim.get("model", "")], kind="slogate-sim"),
                        Forcing("exact (virtual)"), "virtual", t_wall, workers=0)
     env.clock = "virtual"

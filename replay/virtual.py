@@ -7,14 +7,22 @@ Never touches the network or the wall clock beyond timing itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from slogate.replay.worker import REPEAT_INDEX_STEP, Item
 from slogate.replay.workload import Workload
 
+if TYPE_CHECKING:
+    from slogate.replay.sim.records import SimResult
+
 
 def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, model: str | None,
-                stop_on_error: bool = False) -> tuple[list[Item], dict[str, float]]:
+                stop_on_error: bool = False, stop_when: Callable[[SimResult, float], bool] | None = None
+                ) -> tuple[list[Item], dict[str, float]]:
     """Simulate the workload; returns (items, engine stats). Linked turns (session timing) go
-    through the sim's dependent-release API: each is sent its think time after its predecessor ended."""
+    through the sim's dependent-release API: each is sent its think time after its predecessor ended.
+    `stop_when` (open loop only) is the sim's early stop: stats["stopped_at"] is when it fired, else -1."""
     from slogate.replay.sim.engine import SimRequest, closed_loop, dependent, run_virtual
     from slogate.replay.target import sim_config
     from slogate.replay.workload import root_session
@@ -39,7 +47,7 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
     elif workload.concurrency:  # with --duration the share repeats until then, as a live closed loop does
         run = closed_loop(reqs, workload.concurrency, config, duration=workload.duration_s)
     else:
-        run = run_virtual(reqs, config)
+        run = run_virtual(reqs, config, stop_when=stop_when)
     items: list[Item] = []
     repeats = [0] * len(workload.requests)
     for res in run.results:
@@ -58,5 +66,6 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
         items.append(Item(index, plan.input_tokens, plan.warmup, rec))
     s = run.stats
     stats = {"preemptions": s.preemptions, "prefix_queries_tokens": s.prefix_queries_tokens,
-             "prefix_hits_tokens": s.prefix_hits_tokens, "wall_s": s.wall_s, "kv_blocks": s.kv_blocks}
+             "prefix_hits_tokens": s.prefix_hits_tokens, "wall_s": s.wall_s, "kv_blocks": s.kv_blocks,
+             "stopped_at": -1.0 if s.stopped_at is None else s.stopped_at}
     return items, stats

@@ -64,11 +64,41 @@ def build_parser() -> argparse.ArgumentParser:
                    help="each side is N repeated runs, given consecutively (RUN a1 a2 a3 b1 b2 b3 with --repeat 3): "
                    "values are the repeats' means, every metric's run-to-run spread is shown and every change's CI "
                    "covers it too")
+    p.add_argument("--plan", metavar="PLAN", help="compare a `slogate plan` prediction (plan.json or its directory) "
+                   "with each RUN given as a `slogate sweep` directory: predicted vs measured capacity and knee")
+    p.add_argument("--candidate", metavar="SPEC", help="with --plan: the plan's candidate the sweep measured "
+                   "(default: the one in the sweep's command, or the plan's only fitting one)")
     return p
+
+
+def plan_vs_sweeps(plan_path: str, sweep_paths: Sequence[str], candidate: str | None, as_json: bool) -> int:
+    """`compare --plan PLAN SWEEP [SWEEP …]` (replay.plan.vs_sweep does the matching and the arithmetic)."""
+    from slogate.replay.plan import vs_sweep
+    from slogate.replay.plan.output import load as load_plan
+    from slogate.replay.sweep import load as load_sweep
+
+    try:
+        plan = load_plan(plan_path)
+        sweeps = [load_sweep(p) for p in sweep_paths]
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise UsageError(f"--plan: cannot read the plan or a sweep ({exc}); give a plan.json and sweep directories") from None
+    out = []
+    for path, sweep in zip(sweep_paths, sweeps, strict=True):
+        row = vs_sweep.find_candidate(plan, sweep, candidate)
+        if row is None:
+            raise UsageError(f"{path}: which plan candidate did this sweep measure? name it with --candidate SPEC")
+        out.append(vs_sweep.compare(plan, sweep, row))
+    if as_json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
+    else:
+        print("\n\n".join("\n".join(vs_sweep.lines(v)) for v in out))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(argv) if argv is not None else None)
+    if args.plan:
+        return plan_vs_sweeps(args.plan, args.sides, args.candidate, args.json)
     if args.repeat < 1 or len(args.sides) % args.repeat:
         raise UsageError(f"bad --repeat {args.repeat}: give N ≥ 1 that divides the {len(args.sides)} runs "
                          "(each side is N consecutive runs, e.g. --repeat 2 a1 a2 b1 b2)")

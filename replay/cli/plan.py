@@ -60,8 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample", type=float, help="plan on this fraction of the requests (seeded)")
     p.add_argument("--max-requests", type=int, help="plan on the first N requests")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                   help="plan candidates in this many processes (default: min(2, CPUs))")
+    p.add_argument("--jobs", default="auto", metavar="N|auto",
+                   help="plan candidates in this many processes (default auto: one per CPU)")
+    p.add_argument("--no-early-stop", dest="early_stop", action="store_false",
+                   help="simulate every point to the end (default: stop once its attainment target is lost)")
     p.add_argument("--json", action="store_true", help="print plan.json instead of the table")
     p.add_argument("--out", metavar="DIR", help="write DIR/plan.json (default: ./plan.json only with --out)")
     return p
@@ -86,7 +88,17 @@ def settings_from(ns: argparse.Namespace) -> Settings:
     if not 0 < ns.precision < 1:
         raise UsageError(f"bad --precision {ns.precision}: a fraction in (0, 1), e.g. 0.02")
     return Settings(slo=slo, attainment=ns.attainment, headroom=ns.headroom, peak_window_s=peak,
-                    at_rate_rps=ns.at_rate, prices=cands.parse_prices(ns.price), precision=ns.precision)
+                    at_rate_rps=ns.at_rate, prices=cands.parse_prices(ns.price), precision=ns.precision,
+                    early_stop=ns.early_stop)
+
+
+def parse_jobs(text: str) -> int:
+    """`--jobs N` or `auto` (one process per CPU)."""
+    if str(text).strip().lower() == "auto":
+        return os.cpu_count() or 1
+    if not str(text).isdigit() or int(text) < 1:
+        raise UsageError(f"bad --jobs {text!r}: a number of processes ≥ 1, or auto")
+    return int(text)
 
 
 def workload_from(ns: argparse.Namespace) -> tuple[wl.Workload, str | None]:
@@ -110,16 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ns = build_parser().parse_args(argv)
     settings = settings_from(ns)
-    if ns.jobs < 1:
-        raise UsageError(f"bad --jobs {ns.jobs}: a number of processes ≥ 1")
+    jobs = parse_jobs(ns.jobs)
     candidates = cands.expand(cands.parse_candidates(ns.candidates), cands.parse_grid(ns.grid))
     workload, path = workload_from(ns)
-    progress = None if ns.json else (lambda c: print(f"plan: {c.candidate}: "
-                                                     + (f"{c.capacity_rps:.3g} req/s" if c.capacity_rps else
-                                                        (c.reason or "no capacity")) + f" ({c.wall_s:.1f}s)",
-                                                     file=sys.stderr, flush=True))
+    progress = None if ns.json else (lambda c: print(output.progress_line(c), file=sys.stderr, flush=True))
     result = plan(workload, candidates, settings, trace=path, command=["slogate", "plan", *argv], on_candidate=progress,
-                  jobs=ns.jobs)
+                  jobs=jobs)
     result.candidates = output.by_cost(result)  # plan.json lists them in the table's order
     if ns.out:
         out = Path(ns.out)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from slogate.replay.compare import better_direction, deltas, flatten, table_metrics
 from slogate.replay.report_sessions import sessions_html
+from slogate.replay.plan.vs_sweep import lines as vs_sweep_lines
 
 if TYPE_CHECKING:
     from slogate.replay.report_model import ReportData, RunData, SweepData
@@ -388,5 +389,7 @@ def _one_sweep(sw: SweepData, images: dict[str, str | None], note: str | None) -
                      esc(", ".join(mark))])
     from slogate.replay.report_model import anchor
 
+    if sw.planned is not None:  # plan vs measurement (replay.plan.vs_sweep)
+        facts += f'<pre id="plan-vs-sweep-{esc(sw.name)}">' + esc("\n".join(vs_sweep_lines(sw.planned))) + "</pre>"
     return (f'<h3 id="{anchor("sweep", sw.name)}">{esc(sw.name)}</h3>' + facts + _image(images.get(f"sweep:{sw.name}"), f"sweep curve of {sw.name}", note)
             + _table(header, rows))

@@ -12,13 +12,14 @@ from collections.abc import Sequence
 
 import msgspec
 
+from slogate.replay.plan.scaling import INTERCONNECTS, gpu_set
 from slogate.replay.sim import catalog
 from slogate.traces.usage import UsageError
 
 # options a candidate may set (SimConfig fields); anything else is a typo
 OPTIONS = ("dtype", "kv_dtype", "tp", "replicas", "max_num_seqs", "max_num_batched_tokens",
            "gpu_memory_utilization", "max_model_len", "scheduler", "prefix_caching", "timing", "ttft_ms", "itl_ms",
-           "jitter", "seed")
+           "jitter", "seed", "interconnect")
 INT_OPTIONS = ("tp", "replicas", "max_num_seqs", "max_num_batched_tokens", "max_model_len")
 
 
@@ -41,11 +42,18 @@ class Candidate(msgspec.Struct, frozen=True):
 
     @property
     def target(self) -> str:
-        """The `--target` of the same engine (`sim:GPU/MODEL?…`)."""
-        return "sim:" + self.spec
+        """The `--target` of the same engine (`sim:GPU/MODEL?…`, the interconnect as `gpu_set`)."""
+        opts = {k: v for k, v in self.sim_options().items() if k not in ("gpu", "model")}
+        query = urllib.parse.urlencode(opts, safe=",=")
+        return f"sim:{self.gpu}/{self.model}" + (f"?{query}" if query else "")
 
     def sim_options(self) -> dict[str, str]:
-        return {"gpu": self.gpu, "model": self.model, **self.options}
+        """`slogate sim` options (SimConfig names): `interconnect=` becomes the GPU's link fields."""
+        opts = {"gpu": self.gpu, "model": self.model, **self.options}
+        link = opts.pop("interconnect", None)
+        if link is not None and (fields := gpu_set(self.gpu, link)) is not None:
+            opts["gpu_set"] = fields
+        return opts
 
     def int_option(self, key: str, default: int) -> int:
         return int(self.options.get(key, default))
@@ -63,6 +71,9 @@ def parse_candidate(text: str) -> Candidate:
     except ValueError:
         raise UsageError(f"bad candidate {text!r}: options are KEY=VALUE joined by &, e.g. ?dtype=fp8&tp=2") from None
     opts = [_option(text, k, v) for k, v in pairs]
+    for k, v in opts:
+        if k == "interconnect":
+            gpu_set(gpu, v)  # nvlink on a GPU without it is an error now, not at plan time
     return Candidate(gpu=gpu.lower(), model=model.lower(), opts=tuple(opts))
 
 
@@ -72,6 +83,8 @@ def _option(text: str, key: str, value: str) -> tuple[str, str]:
         raise UsageError(f"bad candidate {text!r}: unknown option {key!r}; use: {', '.join(OPTIONS)}")
     if key in ("dtype", "kv_dtype"):
         catalog.precision(value)
+    if key == "interconnect" and value.strip().lower() not in INTERCONNECTS:
+        raise UsageError(f"bad candidate {text!r}: interconnect={value!r}; use one of {', '.join(INTERCONNECTS)}")
     if key in INT_OPTIONS and (not value.isdigit() or int(value) < 1):
         raise UsageError(f"bad candidate {text!r}: {key}={value!r} must be a positive whole number")
     return key, value.strip()

@@ -1,9 +1,10 @@
 """Capacity of one candidate in virtual time: the largest trace speed-up whose SLO attainment stays
 ≥ the target (bracket by doubling/halving, then geometric bisection), the knee, and what binds.
 
-Each point is one virtual replay (replay.run with `virtual=True`) summarized by the one summary
-(traces.summary via replay.finish); the knee is replay.sweep's rule. Never computes a metric itself
-beyond the per-point diagnosis of which SLO bound failed.
+Each point is one virtual replay (replay.run.replay_virtual) summarized by the one summary
+(traces.summary via replay.finish); the knee is replay.sweep's rule. A point stops early (the sim's
+`stop_when` hook) once so many requests missed the SLO that the attainment target is lost. Never
+computes a metric itself beyond the per-point diagnosis of which SLO bound failed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections.abc import Callable
 import msgspec
 
 from slogate.replay import workload as wl
-from slogate.replay.run import ReplayOptions, replay
+from slogate.replay.run import ReplayOptions, replay_virtual
+from slogate.replay.sim.records import SimResult
 from slogate.replay.sweep import SweepPoint, find_knee, point_from_results
 from slogate.traces.record import RequestRecord
 from slogate.traces.slo import Slo
@@ -35,6 +37,7 @@ class Point(msgspec.Struct, kw_only=True):
     ttft_violations: int = 0  # successful requests over the SLO's TTFT bound
     tpot_violations: int = 0  # … over its TPOT bound
     peak_in_flight: int = 0  # most requests between arrival and last token at once (queued or running)
+    stopped_at: float | None = None  # virtual s into the run when the attainment target was lost (early stop)
 
     @property
     def attainment(self) -> float:
@@ -55,19 +58,45 @@ class Capacity(msgspec.Struct, kw_only=True):
 Runner = Callable[[float], Point]
 
 
-def runner(base: wl.Workload, target: str, slo: Slo, model: str) -> Runner:
-    """A function simulating `base` at a speed-up (one virtual replay per call)."""
+def runner(base: wl.Workload, target: str, slo: Slo, model: str, *, attainment: float | None = None) -> Runner:
+    """A function simulating `base` at a speed-up (one virtual replay per call). With `attainment`
+    each run stops as soon as that target can no longer be met (`Point.stopped_at`)."""
     options = ReplayOptions(target=target, model=model, virtual=True, slos=[slo], endpoint="completions")
 
     def run(speed: float) -> Point:
         w = msgspec.structs.replace(base, requests=wl.speed(base.requests, speed),
                                     description=[*base.description, f"speed={speed:g}"])
-        out = replay(w, options)
+        out = replay_virtual(w, options, stop_when=None if attainment is None else lost(w, slo, attainment))
         stats = out.sim_stats or {}
-        return diagnose(speed, out.results.summary, out.records, slo, point_from_results(speed, "", out.results),
-                        preemptions=int(stats.get("preemptions", 0)), kv_blocks=int(stats.get("kv_blocks", 0)))
+        point = diagnose(speed, out.results.summary, out.records, slo, point_from_results(speed, "", out.results),
+                         preemptions=int(stats.get("preemptions", 0)), kv_blocks=int(stats.get("kv_blocks", 0)))
+        stopped = stats.get("stopped_at", -1.0)
+        point.stopped_at = None if stopped is None or stopped < 0 else stopped
+        return point
 
     return run
+
+
+def lost(w: wl.Workload, slo: Slo, attainment: float) -> Callable[[SimResult, float], bool]:
+    """The early-stop condition: True once the measured requests that already missed the SLO (an
+    error, or a bound exceeded: traces.slo.is_good's rule) leave fewer good ones possible than
+    `attainment` × measured. Only finished requests count, so it never stops a run that would pass."""
+    warmup = {p.index for p in w.requests if p.warmup}
+    n = len(w.requests) - len(warmup)
+    allowed = n - attainment * n  # more bad requests than this: the target is lost
+    bounds = [(k, b) for k in ("ttft", "tpot", "e2e") if (b := getattr(slo, k)) is not None]
+    bad = 0
+
+    def check(res: SimResult, _t: float) -> bool:
+        nonlocal bad
+        if res.id in warmup:
+            return False
+        if res.error is not None or len(res.token_times) < res.output_tokens or any(
+                (v := getattr(res, k)) is not None and v > b for k, b in bounds):
+            bad += 1
+        return bad > allowed + 1e-9
+
+    return check
 
 
 def diagnose(speed: float, summary: RunSummary, records: list[RequestRecord], slo: Slo, curve: SweepPoint, *,
@@ -130,7 +159,7 @@ def search(run: Runner, *, attainment: float, precision: float = 0.02, base_rps:
             else:
                 hi = mid
     pts = sorted(points.values(), key=lambda p: p.speed)
-    knee = find_knee([p.curve for p in pts])
+    knee = find_knee([p.curve for p in pts if p.stopped_at is None])  # a stopped run's curve is partial
     cap_rps = None
     if lo is not None:
         cap_rps = points[lo].summary.offered_rate_rps or base_rps * lo

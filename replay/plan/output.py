@@ -10,11 +10,12 @@ from typing import TextIO
 
 import msgspec
 
+from slogate.replay.plan import scaling
 from slogate.replay.plan.planner import CandidatePlan, Plan
 from slogate.replay.results import read_json, write_json
 
 HEADER = ("candidate", "fits", "capacity req/s", "knee req/s", "operating req/s", "replicas", "$/M good tok",
-          "$/1k good req", "good tok/s/GPU", "binding limit")
+          "$/1k good req", "good tok/s/GPU", "TP scaling", "binding limit")
 
 
 def by_cost(plan: Plan) -> list[CandidatePlan]:
@@ -41,7 +42,19 @@ def cells(c: CandidatePlan) -> list[str]:
     limit = c.binding_limit or ("–" if c.fits else (c.reason or "does not fit"))
     return [c.candidate, "yes" if c.fits else "no", cap, _num(c.knee_rps), _num(c.operating_rps), replicas,
             _money(c.cost_per_million_good_tokens), _money(c.cost_per_1k_good_requests),
-            _num(c.goodput_tokens_per_s_per_gpu, 4), limit]
+            _num(c.goodput_tokens_per_s_per_gpu, 4), scaling.describe(c.tp, scaling.Step(c.tp_base, c.tp_speedup, c.tp_efficiency), c.interconnect), limit]
+
+
+def progress_line(c: CandidatePlan) -> str:
+    """`plan: CANDIDATE: 5.44 req/s, 9 points (5 stopped early: attainment lost at t=35–300 s) (43.2s)`."""
+    head = f"{c.capacity_rps:.3g} req/s" if c.capacity_rps else (c.reason or "no capacity")
+    stops = [p.stopped_at for p in c.points if p.stopped_at is not None]
+    if c.points:
+        head += f", {len(c.points)} points"
+    if stops:
+        span = f"{min(stops):.3g}" if len(stops) == 1 else f"{min(stops):.3g}–{max(stops):.3g}"
+        head += f" ({len(stops)} stopped early: attainment lost at t={span} s)"
+    return f"plan: {c.candidate}: {head} ({c.wall_s:.1f}s)"
 
 
 def footer(plan: Plan) -> list[str]:

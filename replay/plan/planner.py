@@ -14,14 +14,14 @@ import msgspec
 from slogate.replay import workload as wl
 from slogate.replay.plan import capacity as cap
 from slogate.replay.plan import cost as costs
-from slogate.replay.plan import feasibility
+from slogate.replay.plan import feasibility, scaling
 from slogate.replay.plan.candidates import Candidate
 from slogate.replay.sim import catalog
 from slogate.replay.sim.config import vllm_defaults
 from slogate.traces.metrics import summarize as distribution
 from slogate.traces.slo import Slo
 
-PLAN_SCHEMA_VERSION = 1
+PLAN_SCHEMA_VERSION = 1  # later fields (tp_*, interconnect, stopped_at) are optional: old files still read
 
 
 class PointRow(msgspec.Struct, kw_only=True):
@@ -36,6 +36,7 @@ class PointRow(msgspec.Struct, kw_only=True):
     tpot_p99_s: float | None
     preemptions: int
     peak_in_flight: int
+    stopped_at: float | None = None  # "stopped early: attainment lost at t=…" (virtual s)
 
 
 class CandidatePlan(msgspec.Struct, kw_only=True, omit_defaults=False):
@@ -59,6 +60,11 @@ class CandidatePlan(msgspec.Struct, kw_only=True, omit_defaults=False):
     goodput_tokens_per_s: float | None = None
     goodput_tokens_per_s_per_gpu: float | None = None
     binding_limit: str | None = None  # at the first simulated load past the capacity
+    tp: int = 1
+    interconnect: str | None = None  # what the TP all-reduces run over (nvlink, pcie4, pcie5)
+    tp_base: int | None = None  # the smaller tp of the same candidate this row's scaling is against
+    tp_speedup: float | None = None  # capacity_rps / capacity_rps at tp_base
+    tp_efficiency: float | None = None  # tp_speedup / (tp / tp_base): 1.0 = as good as more replicas
     max_num_seqs: int = 0
     max_num_batched_tokens: int = 0
     feasibility: feasibility.Fit | None = None
@@ -95,6 +101,7 @@ class Settings(msgspec.Struct, kw_only=True):
     at_rate_rps: float | None = None
     prices: dict[str, float] = {}
     precision: float = 0.02
+    early_stop: bool = True  # stop a point's simulation once its attainment target is lost
 
 
 def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Settings, *, trace: str | None = None,
@@ -128,8 +135,21 @@ def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Setti
             out.candidates.append(row)
             if on_candidate is not None:
                 on_candidate(row)
+    fill_scaling(out.candidates, candidates)
     out.wall_s = round(time.perf_counter() - t0, 3)
     return out
+
+
+def fill_scaling(rows: Sequence[CandidatePlan], candidates: Sequence[Candidate]) -> None:
+    """Each row's TP step against the next smaller tp of the same candidate (scaling.steps)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (row, cand) in enumerate(zip(rows, candidates, strict=True)):
+        row.tp = cand.int_option("tp", 1)
+        row.interconnect = scaling.interconnect_of(cand.gpu, cand.options)
+        groups.setdefault(scaling.group_key(cand.gpu, cand.model, cand.opts), []).append(i)
+    for members in groups.values():
+        for i, step in zip(members, scaling.steps([(rows[i].tp, rows[i].capacity_rps) for i in members]), strict=True):
+            rows[i].tp_base, rows[i].tp_speedup, rows[i].tp_efficiency = step
 
 
 def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, ctx: Plan) -> CandidatePlan:
@@ -148,7 +168,8 @@ def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, c
         row.fits, row.reason = False, fit.reason
         row.wall_s = round(time.perf_counter() - t0, 3)
         return row
-    run = cap.runner(workload, cand.target, settings.slo, cand.model)
+    run = cap.runner(workload, cand.target, settings.slo, cand.model,
+                     attainment=settings.attainment if settings.early_stop else None)
     found = cap.search(run, attainment=settings.attainment, precision=settings.precision, base_rps=ctx.trace_rps)
     row.capacity_rps, row.capacity_speed, row.capacity_capped = found.capacity_rps, found.capacity_speed, found.capped
     row.knee_rps, row.knee_speed = found.knee_rps, found.knee_speed
@@ -162,7 +183,7 @@ def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, c
         row.reason = f"misses {settings.attainment:.1%} SLO attainment even at {cap.MIN_SPEED:g}× the trace's rate"
     else:
         row.operating_speed = found.capacity_speed * (1 - settings.headroom)
-        op = run(row.operating_speed)
+        op = cap.runner(workload, cand.target, settings.slo, cand.model)(row.operating_speed)  # runs to the end
         found.points.append(op)
         summary = op.summary
         row.operating_rps = summary.offered_rate_rps or ctx.trace_rps * row.operating_speed
@@ -183,4 +204,4 @@ def _row(p: cap.Point) -> PointRow:
     return PointRow(speed=p.speed, offered_rps=s.offered_rate_rps, request_rate_rps=s.request_rate_rps,
                     output_tokens_per_s=s.output_tokens_per_s, slo_attainment=s.slo_attainment,
                     ttft_p99_s=s.ttft_s.p99, tpot_p99_s=s.tpot_s.p99, preemptions=p.preemptions,
-                    peak_in_flight=p.peak_in_flight)
+                    peak_in_flight=p.peak_in_flight, stopped_at=p.stopped_at)

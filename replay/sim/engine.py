@@ -14,6 +14,7 @@ Virtual-time API (no HTTP, no sleeping; same seed → same results)::
     results[0].to_record()  # traces.record.RequestRecord (t = arrival)
 
     run = run_virtual(reqs, config)  # SimRun: .results (input order) + .stats (preemptions, prefix hits…)
+    run = run_virtual(reqs, config, stop_when=lambda res, t: …)  # early stop: True ends the run at t
     run = closed_loop(reqs, concurrency=32, config=config)  # each finish releases the next request
     run = closed_loop(reqs, 32, config, duration=600.0)  # …repeating the requests for 600 virtual s
 
@@ -321,21 +322,38 @@ def _too_long(res: SimResult, spec: EngineSpec, engine: Engine) -> bool:
     return False
 
 
-def run_virtual(requests: Sequence[SimRequest], config: SimConfig | None = None) -> SimRun:
-    """Simulate an open-loop workload in virtual time; results in input order plus engine stats."""
+def run_virtual(requests: Sequence[SimRequest], config: SimConfig | None = None, *,
+                stop_when: Callable[[SimResult, float], bool] | None = None) -> SimRun:
+    """Simulate an open-loop workload in virtual time; results in input order plus engine stats.
+
+    Early stop: `stop_when(result, t_end)` is called as each request finishes; when it returns True
+    every engine's loop ends there (`stats.stopped_at` = that virtual time; unfinished requests
+    get `error="aborted"`). With several replicas the engines run one after another."""
     config = config or SimConfig()
     wall = time.perf_counter()
     spec, engines = _engines(config)
     reqs, results = _plan(requests, config, spec)
+    stopped: list[float] = []
+
+    def check(req: SimReq, t_end: float) -> None:
+        if not stopped and stop_when is not None and stop_when(results[req.uid], t_end):
+            stopped.append(t_end)
+            for e in engines:
+                e.stopped = True
+
     order = sorted(range(len(reqs)), key=lambda i: reqs[i].arrival)
     for k, i in enumerate(order):
         engine = engines[k % len(engines)]
         results[i].replica = engine.replica
         if not _too_long(results[i], spec, engine):
+            if stop_when is not None:
+                reqs[i].on_finish = check
             engine.submit(reqs[i])
     for engine in engines:
         drive(engine.run())
-    return _finish(results, reqs, engines, time.perf_counter() - wall)
+    run = _finish(results, reqs, engines, time.perf_counter() - wall)
+    run.stats.stopped_at = stopped[0] if stopped else None
+    return run
 
 
 def simulate(requests: Sequence[SimRequest], config: SimConfig | None = None) -> list[SimResult]:

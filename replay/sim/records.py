@@ -96,6 +96,7 @@ class SimStats(msgspec.Struct, kw_only=True):
     max_num_seqs: int = 0
     max_num_batched_tokens: int = 0
     wall_s: float = 0.0
+    stopped_at: float | None = None  # run_virtual(stop_when=…) ended the run at this virtual time
 
 
 class SimRun(msgspec.Struct):

@@ -1,6 +1,7 @@
 """`slogate plan` speed: wall and CPU time to plan N candidates on a trace window, in virtual time.
 
-Run: `.venv/bin/python tests/bench/plan_speed.py [--trace F] [--window 0:3600] [--candidates 20] [--jobs 2]`.
+Run: `.venv/bin/python tests/bench/plan_speed.py [--trace F] [--window 0:3600] [--candidates 20] [--jobs 2]
+[--baseline]`; `--baseline` first plans the same candidates without the early stop (before/after in one run).
 Default: the full-hour Azure conversation trace (../shared/traces/, else the bundled 10-minute
 sample) × 20 candidates (4 GPU/dtype choices × max_num_seqs 32…512), the issue's target being
 under a minute on 2 cores. Prints a table (one row per candidate) and writes
@@ -20,6 +21,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO))
 
+import msgspec  # noqa: E402
 from bench_output import aligned_rows, save_json  # noqa: E402
 
 from slogate.replay.cli.plan import build_parser, settings_from, workload_from  # noqa: E402
@@ -45,6 +47,7 @@ def main() -> int:
     ap.add_argument("--candidates", type=int, default=20, help="how many of the 20 grid candidates to plan")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--precision", type=float, default=0.02)
+    ap.add_argument("--baseline", action="store_true", help="also time the same plan with --no-early-stop, first")
     args = ap.parse_args()
     grid = cands.expand([cands.parse_candidate(c) for c in BASE], cands.parse_grid([f"max_num_seqs={','.join(SEQS)}"]))
     chosen = sorted(grid, key=lambda c: SEQS.index(c.options['max_num_seqs']))[: args.candidates]  # GPUs first
@@ -52,19 +55,28 @@ def main() -> int:
                                     "--window", args.window, "--precision", str(args.precision)])
     settings = settings_from(ns)
     workload, _ = workload_from(ns)
+    before = None
+    if args.baseline:
+        t0, c0 = time.perf_counter(), cpu_s()
+        old = plan(workload, chosen, msgspec.structs.replace(settings, early_stop=False), jobs=args.jobs)
+        before = {"wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(cpu_s() - c0, 2),
+                  "capacity_rps": [c.capacity_rps for c in old.candidates]}
+        print(f"before (no early stop): {before['wall_s']:.1f} s wall, {before['cpu_s']:.1f} s CPU", flush=True)
     t0, c0 = time.perf_counter(), cpu_s()
     result = plan(workload, chosen, settings, jobs=args.jobs)
     wall, cpu = time.perf_counter() - t0, cpu_s() - c0
-    rows = [["candidate", "capacity req/s", "points", "wall s"]]
+    rows = [["candidate", "capacity req/s", "points", "stopped early", "wall s"]]
     for c in result.candidates:
         rows.append([c.candidate, "–" if c.capacity_rps is None else f"{c.capacity_rps:.3g}", str(len(c.points)),
-                     f"{c.wall_s:.1f}"])
+                     str(sum(p.stopped_at is not None for p in c.points)), f"{c.wall_s:.1f}"])
     print("\n".join(aligned_rows(rows)))
     print(f"{len(chosen)} candidates × {result.requests} requests ({args.window} of {Path(args.trace).name}), "
           f"--jobs {args.jobs}: {wall:.1f} s wall, {cpu:.1f} s CPU (target: 1 h × 20 candidates < 60 s)")
     save_json(HERE / "results" / "plan_speed.json", {
         "trace": Path(args.trace).name, "window": args.window, "requests": result.requests, "jobs": args.jobs,
         "candidates": len(chosen), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "precision": args.precision,
+        "before_no_early_stop": before, "same_capacities": None if before is None else
+        before["capacity_rps"] == [c.capacity_rps for c in result.candidates],
         "per_candidate": [{"candidate": c.candidate, "capacity_rps": c.capacity_rps, "points": len(c.points),
                            "wall_s": c.wall_s} for c in result.candidates],
     })

@@ -8,12 +8,13 @@ import json
 import math
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from slogate.cli import main as slogate
 from slogate.replay.plan import candidates as cands
 from slogate.replay.plan import cost, feasibility
-from slogate.replay.plan.output import load
+from slogate.replay.plan.output import load, progress_line
 from slogate.replay.sim import catalog
 from slogate.replay.sim.catalog import GiB, find_gpu, find_model
 from slogate.replay.sim.kvcache import ACTIVATION_RESERVE_GIB, BLOCK_SIZE
@@ -162,3 +163,80 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert "examples:" in capsys.readouterr().out
     with pytest.raises(UsageError):
         cands.parse_prices("l4")
+
+
+def test_early_stop_keeps_the_capacity_and_stops_overloaded_points(tmp_path: Path) -> None:
+    from slogate.replay.cli.plan import build_parser, settings_from, workload_from
+    from slogate.replay.plan.planner import plan
+
+    trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=10)
+    ns = build_parser().parse_args([str(trace), "--slo", "ttft=0.1", "--attainment", "0.9", "--candidates", "x/y"])
+    workload, _ = workload_from(ns)
+    cand = cands.parse_candidate(f"h100-sxm/llama-3-8b?max_num_seqs={MAX_SEQS}&jitter=0")
+    full = plan(workload, [cand], msgspec.structs.replace(settings_from(ns), early_stop=False)).candidates[0]
+    fast = plan(workload, [cand], settings_from(ns)).candidates[0]
+    assert fast.capacity_rps == full.capacity_rps and fast.capacity_speed == full.capacity_speed
+    assert all(p.stopped_at is None for p in full.points)
+    stopped = [p for p in fast.points if p.stopped_at is not None]
+    assert stopped and all(p.slo_attainment is not None and p.slo_attainment < 0.9 for p in stopped)
+    span = 10.0 / min(p.speed for p in stopped)  # the trace's length at the slowest stopped speed
+    assert all(p.stopped_at < span for p in stopped)
+    assert all(p.stopped_at is None for p in fast.points if p.slo_attainment is not None and p.slo_attainment >= 0.9)
+    line = progress_line(fast)
+    assert f"{len(stopped)} stopped early: attainment lost at t=" in line and line.startswith(f"plan: {fast.candidate}")
+
+
+def test_sim_stop_hook_ends_the_run_where_it_fires() -> None:
+    from slogate.replay.sim.engine import SimConfig, SimRequest, run_virtual
+
+    reqs = [SimRequest(arrival=i * 0.01, prompt_tokens=64, output_tokens=32) for i in range(200)]
+    config = SimConfig(gpu="h100-sxm", model="llama-3-8b", jitter=0)
+    whole = run_virtual(reqs, config)
+    seen: list[float] = []
+
+    def after_ten(_res: object, t: float) -> bool:
+        seen.append(t)
+        return len(seen) >= 10
+
+    cut = run_virtual(reqs, config, stop_when=after_ten)
+    assert whole.stats.stopped_at is None and whole.stats.errors == 0
+    assert cut.stats.stopped_at == seen[9] and len(seen) == 10  # never called again once it fired
+    assert cut.stats.steps < whole.stats.steps
+    assert sum(r.error == "aborted" for r in cut.results) >= 150  # the rest never finished
+
+
+def test_tp_scaling_efficiency_over_nvlink_and_pcie(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Prefill-heavy requests: each token's activations are all-reduced twice per layer, which PCIe
+    (32 GB/s) makes cost about 40 % of the prefill compute at tp=2 and NVLink (300 GB/s) about 4 %."""
+    from slogate.traces.record import RequestRecord, TraceHeader
+    from slogate.traces.segments import write_segment
+
+    trace = tmp_path / "prefill.jsonl.zst"
+    write_segment(trace, TraceHeader(source="test", block_unit="tokens", block_size=16),
+                  [RequestRecord(t=i / 10, input_tokens=1024, output_tokens=16, max_tokens=16) for i in range(60)])
+    out = tmp_path / "p"
+    assert slogate(["plan", str(trace), "--slo", "ttft=0.5", "--attainment", "0.9", "--out", str(out),
+                    "--candidates", "a100-80g/llama-3-8b?jitter=0", "--grid", "interconnect=nvlink,pcie4",
+                    "--grid", "tp=1,2"]) == 0
+    rows = {c.candidate: c for c in load(out).candidates}
+    one_nv, one_pcie = rows["a100-80g/llama-3-8b?jitter=0&interconnect=nvlink&tp=1"], \
+        rows["a100-80g/llama-3-8b?jitter=0&interconnect=pcie4&tp=1"]
+    nv, pcie = rows["a100-80g/llama-3-8b?jitter=0&interconnect=nvlink&tp=2"], \
+        rows["a100-80g/llama-3-8b?jitter=0&interconnect=pcie4&tp=2"]
+    assert one_nv.capacity_rps == one_pcie.capacity_rps  # tp=1 has no all-reduce: the link does not matter
+    assert one_nv.tp_speedup is None and one_nv.interconnect == "nvlink" and one_pcie.interconnect == "pcie4"
+    assert nv.tp_base == pcie.tp_base == 1 and nv.gpus_per_replica == 2
+    assert nv.tp_speedup == pytest.approx(nv.capacity_rps / one_nv.capacity_rps, rel=1e-3)
+    assert nv.tp_efficiency == pytest.approx(nv.tp_speedup / 2, rel=1e-3)
+    assert pcie.tp_efficiency < 0.85 < 0.95 < nv.tp_efficiency  # PCIe loses a real share, NVLink almost none
+    table = capsys.readouterr().out
+    assert f"tp 1→2: {pcie.tp_speedup:.2f}× ({pcie.tp_efficiency:.0%}) pcie4" in table
+
+
+def test_interconnect_errors_name_the_fix() -> None:
+    with pytest.raises(UsageError, match="L40S has no NVLink"):
+        cands.parse_candidate("l40s/llama-3-8b?tp=2&interconnect=nvlink")
+    with pytest.raises(UsageError, match="interconnect='infiniband'"):
+        cands.parse_candidate("h100/llama-3-8b?interconnect=infiniband")
+    cand = cands.parse_candidate("h100-sxm/llama-3-8b?tp=2&interconnect=pcie5")
+    assert cand.target == "sim:h100-sxm/llama-3-8b?tp=2&gpu_set=link_gb_s=64,link_latency_us=15"
