@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from slogate.replay.compare import better_direction, deltas, flatten, table_metrics
-from slogate.replay.report_sessions import sessions_html
 from slogate.replay.plan.vs_sweep import lines as vs_sweep_lines
+from slogate.replay.report_sessions import sessions_html
 
 if TYPE_CHECKING:
     from slogate.replay.report_model import ReportData, RunData, SweepData
