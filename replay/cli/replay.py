@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from slogate.replay import workload as wl
 from slogate.replay.cli.args import Parser, pairs, seconds
 from slogate.traces.usage import UsageError
@@ -66,6 +68,8 @@ def parser() -> argparse.ArgumentParser:
       "(default $OPENAI_BASE_URL without its /v1)")
     a("--model", help="model name to send (default: the first of the target's /v1/models)")
     a("--out", help="output directory (default ./slogate-replay-YYYYmmdd-HHMMSS)")
+    a("--repeat", type=int, default=1, metavar="N", help="run the same replay N times (OUT/run-1 … run-N) and report "
+      "each metric's run-to-run spread (OUT/repeats.json); compare such runs with `slogate compare --repeat N`")
     g = p.add_argument_group("workload")
     g.add_argument("--synthetic", help="poisson:rate=R | gamma:rate=R,cv=C (or burstiness=B) | constant:rate=R | concurrency:c=N | "
                    "agentic:sessions=N,turns=T,think=S,growth=TOKENS,subagents=P,system=TOKENS,rate=R (sessions/s)")
@@ -276,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     workload, options = plan(ns, command=["slogate", "replay", *argv])
     window = _stability_window(ns)
     options.stability_window_s = window
+    if ns.repeat != 1:
+        return run_repeats(workload, options, ns.repeat, console=not ns.quiet)
     result = run_and_write(workload, options, console=not ns.quiet)
     if window is not None:
         from slogate.replay.report import read_samples
@@ -288,6 +294,40 @@ def main(argv: list[str] | None = None) -> int:
         write_json(st, Path(options.out_dir) / "stability.json")
         print(f"stability: {st.verdict}")
     return 0
+
+
+def run_repeats(workload: wl.Workload, options: ReplayOptions, n: int, *, console: bool) -> int:
+    """`--repeat N`: the same replay N times, each in OUT/run-K; then the spread of every metric."""
+    from slogate.replay.compare import load_side
+    from slogate.replay.repeats import combine, noise
+    from slogate.replay.results import write_json
+
+    if n < 2:
+        raise UsageError(f"bad --repeat {n}: give the number of runs, 2 or more (1 is a plain replay)")
+    if options.shard is not None or options.start_at is not None:
+        raise UsageError("--repeat cannot be combined with --shard/--start-at: repeat the sharded run instead")
+    out = Path(options.out_dir or ".")
+    sides = []
+    for k in range(1, n + 1):
+        run_dir = out / f"run-{k}"
+        print(f"slogate replay: repeat {k}/{n} → {run_dir}", flush=True)
+        run_and_write(workload, msgspec.structs.replace(options, out_dir=str(run_dir)), console=console)
+        sides.append(load_side(run_dir, slos=options.slos, name=f"run-{k}"))
+    spreads = noise(combine(sides))
+    write_json({"n": n, "runs": [f"run-{k}" for k in range(1, n + 1)],
+                "spread": {key: msgspec.to_builtins(sp) for key, sp in spreads.items()}}, out / "repeats.json")
+    print(f"run-to-run spread over {n} repeats (mean ± sd, CV):")
+    for key in REPEAT_ROWS:
+        sp = spreads.get(key)
+        if sp is not None:
+            cv = "–" if sp.cv is None else f"{sp.cv * 100:.1f} %"
+            print(f"  {key:<22} {sp.mean:.6g} ± {sp.sd:.3g}  (CV {cv}; {sp.low:.6g} … {sp.high:.6g})")
+    print(f"repeats: {out}/repeats.json")
+    return 0
+
+
+REPEAT_ROWS = ("output_tokens_per_s", "goodput_rps", "slo_attainment", "ttft_s.p50", "ttft_s.p99", "tpot_s.p50",
+               "tpot_s.p99", "e2e_s.p99")
 
 
 def _stability_window(ns: argparse.Namespace) -> float | None:

@@ -114,3 +114,36 @@ def test_welch_interval_and_t_quantiles() -> None:
     s = spread([1.0, 2.0, 3.0])
     assert s is not None and s.sd == pytest.approx(1.0) and s.cv == pytest.approx(0.5)
     assert mean_summary([summarize([RequestRecord(t=0, ttft=0.1, e2e=0.2, output_tokens=3)])]).output_tokens == 3
+
+
+def test_replay_repeat_runs_n_times_and_reports_the_spread(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`slogate replay --repeat 3` (real clock, the sim behind the same API): three runs in OUT/run-K and
+    the spread of each metric over them in OUT/repeats.json, which `compare --repeat 3` reads as a side."""
+    from tests.replay.test_compare_runs import replay_args
+
+    trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=1.5)
+    out = tmp_path / "rep"
+    args = replay_args(trace, target=BASE.format(seed=1), virtual=False)
+    assert slogate(["replay", *args, "--out", str(out), "--quiet", "--repeat", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert "run-to-run spread over 3 repeats" in printed and "ttft_s.p50" in printed
+    runs = [json.loads((out / f"run-{k}" / "results.json").read_text())["summary"] for k in (1, 2, 3)]
+    assert all(r["requests"] == 30 for r in runs)
+    rep = json.loads((out / "repeats.json").read_text())
+    assert rep["n"] == 3 and rep["runs"] == ["run-1", "run-2", "run-3"]
+    p50 = [r["ttft_s"]["p50"] for r in runs]
+    got = rep["spread"]["ttft_s.p50"]
+    assert got["mean"] == pytest.approx(sum(p50) / 3) and got["low"] == min(p50) and got["high"] == max(p50)
+    assert got["sd"] > 0  # real-clock runs differ: the spread is measured, not assumed
+    sides = [str(out / f"run-{k}") for k in (1, 2, 3)]
+    status, data = compare_json(capsys, "--repeat", "3", *sides, *sides)
+    assert status == 0 and data["repeats"]["n"] == 3
+
+
+def test_replay_repeat_one_line_errors(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.replay.test_compare_runs import replay_args
+
+    trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=1)
+    assert slogate(["replay", *replay_args(trace), "--out", str(tmp_path / "x"), "--quiet", "--repeat", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--repeat 0" in err[0], err
