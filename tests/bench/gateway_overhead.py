@@ -259,7 +259,7 @@ def combine(rounds: dict[str, list[dict]]) -> dict:
     direct = rounds.get("direct", [])
     for name, rs in rounds.items():
         row: dict[str, float | None] = {}
-        for key in ("cpu_us_per_request", "cpu_us_per_chunk", "req_per_s", "chunks_per_s", "errors"):
+        for key in ("cpu_us_per_request", "cpu_us_per_chunk", "chunks_per_request", "req_per_s", "chunks_per_s", "errors"):
             vals = [r[key] for r in rs if r[key] is not None]
             row[key] = statistics.median(vals) if vals else None
         for key in ("ttft_p50_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms"):
