@@ -70,29 +70,22 @@ class _Date:
     """The `Date` header of the gateway's own responses, formatted once per second."""
 
     second = -1
-    value = b""
+    value = ""
 
     @classmethod
-    def now(cls) -> bytes:
+    def now(cls) -> str:
         s = int(time.time())
         if s != cls.second:
-            cls.second, cls.value = s, formatdate(s, usegmt=True).encode()
+            cls.second, cls.value = s, formatdate(s, usegmt=True)
         return cls.value
 
 
 def reply_bytes(status: int, body: bytes, *, content_type: str = "application/json",
                 headers: Iterable[tuple[str, str]] = (), close: bool = False, head_only: bool = False) -> bytes:
     """A whole response with Content-Length (the gateway's own answers: errors, admin endpoints)."""
-    lines = [b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nDate: %s\r\n"
-             % (status, _REASONS.get(status, "Unknown").encode(), content_type.encode(), len(body), _Date.now())]
-    for k, v in headers:
-        lines.append(b"%s: %s\r\n" % (k.encode("latin-1"), v.encode("latin-1")))
-    if close:
-        lines.append(b"Connection: close\r\n")
-    lines.append(b"\r\n")
-    if not head_only:
-        lines.append(body)
-    return b"".join(lines)
+    head = _head(status, "", [("Content-Type", content_type), ("Content-Length", str(len(body))),
+                              ("Date", _Date.now()), *headers], close)
+    return head + b"\r\n" if head_only else head + b"\r\n" + body
 
 
 class Reply(msgspec.Struct, frozen=True, gc=False):
@@ -151,6 +144,7 @@ class ClientConn(asyncio.Protocol):
         self._parser = httptools.HttpRequestParser(self)
         self._queue: deque[ClientRequest] = deque()  # complete requests waiting for the current one
         self._req: ClientRequest | None = None  # the request being parsed
+        self._parsing = True  # False once the connection reads no more requests (body too large, bad bytes)
         self._url: list[bytes] = []
         self._headers: list[tuple[bytes, bytes]] = []
         self._head_bytes = 0
@@ -218,7 +212,7 @@ class ClientConn(asyncio.Protocol):
             fut.set_result(None)
 
     def data_received(self, data: bytes) -> None:
-        if self.closing:
+        if self.closing or not self._parsing:
             return
         self.bytes_in += len(data)
         if self.hdr_t is None:
@@ -256,6 +250,8 @@ class ClientConn(asyncio.Protocol):
             raise httptools.HttpParserError("head too large")
 
     def on_headers_complete(self) -> None:
+        if not self._parsing:
+            return  # a request pipelined behind one that ended the connection: never answered
         t0 = perf_counter_ns()
         parser = self._parser
         try:
@@ -311,14 +307,14 @@ class ClientConn(asyncio.Protocol):
         self.in_body = False
         req.keep_alive = False
         self._enqueue(req)
-        self.closing_after_queue()
+        self._stop_parsing()
 
-    def closing_after_queue(self) -> None:
+    def _stop_parsing(self) -> None:
+        """Nothing more is read or parsed on this connection (the rest of a read included)."""
+        self._parsing = False
         self._read_paused = True
         with contextlib.suppress(AttributeError, RuntimeError):
             self.transport.pause_reading()  # type: ignore[union-attr]
-        self._parser = httptools.HttpRequestParser(self)  # nothing more is parsed on this connection
-        self.data_received = _ignore  # type: ignore[method-assign]
 
     def _enqueue(self, req: ClientRequest) -> None:
         if self.current is None:
@@ -371,18 +367,17 @@ class ClientConn(asyncio.Protocol):
             self.transport.resume_reading()  # type: ignore[union-attr]
 
     def _refuse(self, response: bytes) -> None:
-        """A request that cannot be parsed: answer 400/431 (unless a response is under way), then close."""
-        self.closing = True
+        """A request that cannot be parsed: answer 400/431, then close (after the response under way)."""
         transport = self.transport
         if transport is None:
             return
         if self.current is None:
+            self.closing = True
             transport.write(response)
             transport.close()
         else:
             self._close_after = True
-            self.closing_after_queue()
-            self.closing = False  # the response under way still goes out; then the connection closes
+            self._stop_parsing()
 
     def _abort(self) -> None:
         self._task = None
@@ -499,10 +494,6 @@ class ClientConn(asyncio.Protocol):
         """A response that cannot end cleanly (a non-SSE body broke): the client sees a truncated body."""
         self.ended = True
         self._abort()
-
-
-def _ignore(data: bytes) -> None:
-    return None
 
 
 def _head(status: int, reason: str, headers: Iterable[tuple[str, str]], close: bool) -> bytes:
