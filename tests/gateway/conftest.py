@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.otlp_receiver import otlp_receiver
 from tests.realservers import start_llama, start_prometheus
 from tests.servers import Server, free_port
 
@@ -40,3 +41,17 @@ def prometheus() -> Iterator[PrometheusForGateway]:
     port = free_port()
     with start_prometheus([f"127.0.0.1:{port}"], interval="1s") as server:
         yield PrometheusForGateway(url=server.url, job=server.job, target_port=port, server=server)  # type: ignore[attr-defined]
+
+
+@dataclass
+class Otlp:
+    url: str
+    bodies: dict[str, list[bytes]]  # path (/v1/traces, /v1/metrics) → the bodies received so far
+
+
+@pytest.fixture
+def otlp() -> Iterator[Otlp]:
+    """A real OTLP/HTTP receiver (tests/otlp_receiver.py); its bodies are decoded by the tests."""
+    import opentelemetry.proto  # noqa: F401  (the test extra installs it: make test)
+    with otlp_receiver() as (url, bodies):
+        yield Otlp(url, bodies)

@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
 
 import orjson
 import pytest
 
 from tests.gateway.fixtures_gateway import CANARY, SIM_MODEL, http_request, start_gateway, wait_for
-from tests.otlp_receiver import otlp_receiver as receiver
 from tests.servers import free_port
 from tests.simserver import start_sim
 
@@ -63,24 +61,14 @@ def test_access_log_one_line_per_request_no_canary_and_sighup_reopen(tmp_path) -
     assert stderr_lines and all(json.loads(line)["logger"] for line in stderr_lines)  # --log-format json
 
 
-@pytest.fixture
-def otlp_receiver() -> Iterator[str]:
-    import opentelemetry.proto  # noqa: F401  (the test extra installs it: make test)
-    with receiver() as (url, bodies):
-        _RECEIVED.clear()
-        _RECEIVED.append(bodies)
-        yield url
 
 
-_RECEIVED: list[dict[str, list[bytes]]] = []
-
-
-def _spans() -> list:
+def _spans(otlp) -> list:
     """(service.name, Span) for every span received so far."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     out = []
-    for body in list(_RECEIVED[0].get("/v1/traces", [])):
+    for body in list(otlp.bodies.get("/v1/traces", [])):
         for rs in ExportTraceServiceRequest.FromString(body).resource_spans:
             service = {a.key: a.value.string_value for a in rs.resource.attributes}.get("service.name")
             out += [(service, span) for ss in rs.scope_spans for span in ss.spans]
@@ -95,15 +83,15 @@ def _attrs(span) -> dict:
     return out
 
 
-def test_otlp_span_per_request_continues_traceparent(otlp_receiver) -> None:
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver, "OTEL_SERVICE_NAME": "gw-under-test",
+def test_otlp_span_per_request_continues_traceparent(otlp) -> None:
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url, "OTEL_SERVICE_NAME": "gw-under-test",
            "OTEL_BSP_SCHEDULE_DELAY": "100"}
     with start_sim(timing="constant", ttft_ms=5, itl_ms=1) as sim, start_gateway(sim.url, "--otel", env=env) as gw:
         assert _chat(gw.url, 0, {"traceparent": TRACEPARENT}) == 200
         assert _chat(gw.url, 1) == 200
-        wait_for(lambda: len(_spans()) == 2)
-    assert {service for service, _ in _spans()} == {"gw-under-test"}
-    by_trace = {span.trace_id.hex(): span for _, span in _spans()}
+        wait_for(lambda: len(_spans(otlp)) == 2)
+    assert {service for service, _ in _spans(otlp)} == {"gw-under-test"}
+    by_trace = {span.trace_id.hex(): span for _, span in _spans(otlp)}
     assert TRACE_ID in by_trace  # continues the incoming trace; the other request starts its own
     span = by_trace[TRACE_ID]
     assert span.parent_span_id.hex() == "00f067aa0ba902b7"
@@ -113,7 +101,7 @@ def test_otlp_span_per_request_continues_traceparent(otlp_receiver) -> None:
     assert attrs["gen_ai.usage.output_tokens"] == 4 and attrs["slogate.upstream"]
     events = [e for e in span.events if e.name == "gen_ai.server.first_token"]
     assert len(events) == 1 and span.start_time_unix_nano < events[0].time_unix_nano <= span.end_time_unix_nano
-    for _, s in _spans():
+    for _, s in _spans(otlp):
         assert CANARY not in s.SerializeToString().decode("latin-1")
 
 

@@ -7,8 +7,6 @@ SDK's OTLP/HTTP exporter sends.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import orjson
 import pytest
 
@@ -16,30 +14,19 @@ from slogate.gateway.live_metrics import DURATION_BUCKETS, LiveMetrics, MetricsC
 from slogate.gateway.otel_metrics import ATTRIBUTES, INSTRUMENTS, OtelMetrics
 from slogate.traces.usage import UsageError
 from tests.gateway.fixtures_gateway import SIM_MODEL, http_request, metric_samples, start_gateway, wait_for
-from tests.otlp_receiver import otlp_receiver as receiver
 from tests.simserver import start_sim
 
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def otlp_receiver() -> Iterator[str]:
-    import opentelemetry.proto  # noqa: F401  (the test extra installs it: make test)
-    with receiver() as (url, bodies):
-        _RECEIVED.clear()
-        _RECEIVED.append(bodies)
-        yield url
 
 
-_RECEIVED: list[dict[str, list[bytes]]] = []
-
-
-def _exports() -> list[tuple[str | None, dict]]:
+def _exports(otlp) -> list[tuple[str | None, dict]]:
     """(service.name, {metric name: Metric}) per metrics export received so far."""
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
     out = []
-    for body in list(_RECEIVED[0].get("/v1/metrics", [])):
+    for body in list(otlp.bodies.get("/v1/metrics", [])):
         for rm in ExportMetricsServiceRequest.FromString(body).resource_metrics:
             service = {a.key: a.value.string_value for a in rm.resource.attributes}.get("service.name")
             out.append((service, {m.name: m for sm in rm.scope_metrics for m in sm.metrics}))
@@ -55,8 +42,8 @@ def _duration_count(metrics: dict) -> int:
     return sum(p.count for p in m.histogram.data_points) if m is not None else 0
 
 
-def test_otlp_metrics_match_the_metrics_endpoint(otlp_receiver) -> None:
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver, "OTEL_SERVICE_NAME": "gw-metrics",
+def test_otlp_metrics_match_the_metrics_endpoint(otlp) -> None:
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url, "OTEL_SERVICE_NAME": "gw-metrics",
            "OTEL_METRIC_EXPORT_INTERVAL": "200", "OTEL_BSP_SCHEDULE_DELAY": "100"}
     with start_sim(timing="constant", ttft_ms=5, itl_ms=1) as sim, start_gateway(sim.url, "--otel", env=env) as gw:
         for i, stream in enumerate((True, True, False)):
@@ -65,8 +52,8 @@ def test_otlp_metrics_match_the_metrics_endpoint(otlp_receiver) -> None:
             assert http_request(gw.url, "POST", "/v1/chat/completions", orjson.dumps(body),
                                 {"Content-Type": "application/json"})[0] == 200
         samples = metric_samples(gw.url)
-        wait_for(lambda: any(_duration_count(m) == 3 for _, m in _exports()), timeout=15)
-    service, metrics = next((s, m) for s, m in _exports() if _duration_count(m) == 3)
+        wait_for(lambda: any(_duration_count(m) == 3 for _, m in _exports(otlp)), timeout=15)
+    service, metrics = next((s, m) for s, m in _exports(otlp) if _duration_count(m) == 3)
     assert service == "gw-metrics"
     for prom, (name, unit) in INSTRUMENTS.items():
         m = metrics[name]
