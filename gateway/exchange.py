@@ -17,7 +17,7 @@ from typing import Any, Protocol, cast
 from slogate.gateway import assemble
 from slogate.gateway.errors import json_error, status_of
 from slogate.gateway.failures import end_late
-from slogate.gateway.headers import forward_request_headers, forward_response_headers
+from slogate.gateway.headers import forward_request_headers, forward_response_fields
 from slogate.gateway.http_server import ClientRequest
 from slogate.gateway.overhead import Overhead
 from slogate.gateway.recorder import Recorder
@@ -166,11 +166,10 @@ class Exchange:
     async def _respond(self, conn: UpstreamConn, head: Head, wd: Watchdog) -> None:
         status = head.status
         self.status = status
-        headers = head.headers
         ok = 200 <= status < 300
-        self.sse = headers.get("Content-Type", "").startswith("text/event-stream")
+        self.sse = head.content_type.startswith(b"text/event-stream")
         is_sse = ok and self.sse
-        encoded = headers.get("Content-Encoding", "identity").lower() not in ("identity", "")
+        encoded = head.content_encoding not in (b"identity", b"")
         strip = self.strip and is_sse and not encoded
         if self.info is not None:
             self.obs = StreamObserver(
@@ -182,7 +181,7 @@ class Exchange:
         if not is_sse and length is not None and length <= _SMALL_BODY and not head_only:
             return await self._respond_small(conn, head, wd)
         keep_length = length is not None and not strip  # else chunked toward the client (HTTP/1.1)
-        self.client.start(status, head.reason, forward_response_headers(headers, drop_length=True).items(),
+        self.client.start(status, head.raw_reason, forward_response_fields(head, drop_length=True),
                           length=length if keep_length else None)
         self.stream = Stream(conn, self.obs, self.lease, wd, self.overhead, self.client, self._end_in_place)
         await self._stream(self.stream, wd, status)
@@ -204,8 +203,7 @@ class Exchange:
         if self.obs is not None and data:
             self.obs.feed(data, t_end)
         self.record(t_end, head.status, None)
-        self.client.reply_raw(head.status, head.reason, forward_response_headers(head.headers, drop_length=True).items(),
-                              data)
+        self.client.reply_raw(head.status, head.raw_reason, forward_response_fields(head, drop_length=True), data)
 
     def _end_in_place(self, data: bytes, t: int) -> None:
         """The upstream body ended with this piece (called from the upstream read): record the request,

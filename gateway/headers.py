@@ -10,6 +10,8 @@ from typing import Any
 
 from multidict import CIMultiDict
 
+from slogate.traces.http1 import Head
+
 # RFC 9110 §7.6.1 connection-specific fields, plus the pre-standard Proxy-Connection.
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
@@ -45,8 +47,11 @@ def without_control_headers(headers: Any) -> CIMultiDict[str]:
     return CIMultiDict((k, v) for k, v in headers.items() if k[:10].lower() != CONTROL_PREFIX)
 
 
-def forward_response_headers(headers: Any, *, drop_length: bool) -> CIMultiDict[str]:
-    drop = _drop_set(headers, HOP_BY_HOP)
-    if drop_length:
-        drop = drop | {"content-length"}
-    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in drop)
+_HOP_BY_HOP_B = frozenset(n.encode() for n in HOP_BY_HOP)
+_RESPONSE_DROP_LENGTH = _HOP_BY_HOP_B | {b"content-length"}
+
+
+def forward_response_fields(head: Head, *, drop_length: bool) -> bytes:
+    """The upstream's response field lines as received (bytes unchanged), minus the hop-by-hop ones
+    (and Content-Length, which the gateway writes itself)."""
+    return head.forward_fields(_RESPONSE_DROP_LENGTH if drop_length else _HOP_BY_HOP_B)

@@ -30,9 +30,9 @@ log = logging.getLogger("slogate.gateway")
 
 Handler = Callable[["ClientRequest"], Awaitable[None]]
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large",
-            429: "Too Many Requests", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
-            501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+_REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed", 413: b"Payload Too Large",
+            429: b"Too Many Requests", 431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
+            501: b"Not Implemented", 502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
 MAX_HEAD_BYTES = 1 << 16  # request line + headers; larger gets 431
 
 
@@ -83,8 +83,8 @@ class _Date:
 def reply_bytes(status: int, body: bytes, *, content_type: str = "application/json",
                 headers: Iterable[tuple[str, str]] = (), close: bool = False, head_only: bool = False) -> bytes:
     """A whole response with Content-Length (the gateway's own answers: errors, admin endpoints)."""
-    head = _head(status, "", [("Content-Type", content_type), ("Content-Length", str(len(body))),
-                              ("Date", _Date.now()), *headers], close)
+    head = _head(status, b"", encode_fields([("Content-Type", content_type), ("Content-Length", str(len(body))),
+                                             ("Date", _Date.now()), *headers]), close)
     return head + b"\r\n" if head_only else head + b"\r\n" + body
 
 
@@ -412,20 +412,21 @@ class ClientConn(asyncio.Protocol):
         if not self.closing and self.transport is not None:
             self.transport.write(data)
 
-    def reply_raw(self, status: int, reason: str, headers: Iterable[tuple[str, str]], body: bytes) -> None:
-        """A relayed whole response: the upstream's headers (hop-by-hop removed) and its body."""
+    def reply_raw(self, status: int, reason: bytes, fields: bytes, body: bytes) -> None:
+        """A relayed whole response: the upstream's field lines (hop-by-hop removed, as bytes) and its body."""
         req = self.current
-        head = _head(status, reason, headers, self._close_after)
+        head = _head(status, reason, fields, self._close_after)
         head += b"Content-Length: %d\r\n\r\n" % len(body)
         self.started = self.ended = True
         if not self.closing and self.transport is not None:
             self.transport.write(head if req is not None and req.method == "HEAD" else head + body)
 
-    def start(self, status: int, reason: str, headers: Iterable[tuple[str, str]], *, length: int | None) -> None:
+    def start(self, status: int, reason: bytes, fields: bytes, *, length: int | None) -> None:
         """A streamed response: the head is written with the first body piece (or at the end).
-        `length`: the upstream's Content-Length when it is kept; else chunked (HTTP/1.1) or close-delimited."""
+        `fields`: encoded field lines; `length`: the upstream's Content-Length when it is kept; else
+        chunked (HTTP/1.1) or close-delimited."""
         req = self.current
-        head = _head(status, reason, headers, False)
+        head = _head(status, reason, fields, False)
         if req is not None and req.method == "HEAD":
             if length is not None:
                 head += b"Content-Length: %d\r\n" % length
@@ -496,13 +497,15 @@ class ClientConn(asyncio.Protocol):
         self._abort()
 
 
-def _head(status: int, reason: str, headers: Iterable[tuple[str, str]], close: bool) -> bytes:
-    lines = [b"HTTP/1.1 %d %s\r\n" % (status, (reason or _REASONS.get(status, "Unknown")).encode("latin-1"))]
-    for k, v in headers:
-        lines.append(b"%s: %s\r\n" % (k.encode("latin-1"), v.encode("latin-1")))
-    if close:
-        lines.append(b"Connection: close\r\n")
-    return b"".join(lines)
+def _head(status: int, reason: bytes, fields: bytes, close: bool) -> bytes:
+    """Status line and field lines (without the blank line); `reason` b"": the standard phrase."""
+    return b"HTTP/1.1 %d %s\r\n%b%s" % (status, reason or _REASONS.get(status, b"Unknown"), fields,
+                                        b"Connection: close\r\n" if close else b"")
+
+
+def encode_fields(headers: Iterable[tuple[str, str]]) -> bytes:
+    """`name: value\r\n` lines of the gateway's own headers (latin-1, as HTTP/1.1 field bytes)."""
+    return b"".join([b"%s: %s\r\n" % (k.encode("latin-1"), v.encode("latin-1")) for k, v in headers])
 
 
 def protocol_factory(handler: Handler, *, max_body: int, limits: ClientLimits | None) -> type[ClientConn]:

@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slogate.gateway.config import Timeouts
 from slogate.gateway.errors import json_error, sse_error
-from slogate.gateway.headers import forward_request_headers, forward_response_headers
+from slogate.gateway.headers import forward_request_headers, forward_response_fields
+from slogate.traces.http1 import parse_head
 from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render
 from slogate.gateway.logs import RedactFilter
 from slogate.gateway.overhead import Overhead
@@ -118,9 +119,12 @@ def test_header_forwarding_drops_hop_by_hop():
                      ("Authorization", "Bearer k"), ("X-Custom", "1"), ("X-Custom", "2"), ("TE", "trailers")])
     out = forward_request_headers(h)
     assert sorted(out.items()) == [("Authorization", "Bearer k"), ("X-Custom", "1"), ("X-Custom", "2")]
-    resp = forward_response_headers(CIMultiDict([("Content-Length", "9"), ("Content-Type", "x"), ("Upgrade", "h2c")]),
-                                    drop_length=True)
-    assert list(resp.items()) == [("Content-Type", "x")]
+    head = parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nContent-Type: x\r\nUpgrade: h2c\r\n"
+                      b"Connection: X-Private\r\nX-Private: 1\r\nX-Latin: caf\xe9 \xc3\xa9")
+    # hop-by-hop and Connection-named fields go; every other field's bytes are passed on unchanged
+    assert forward_response_fields(head, drop_length=True) == b"Content-Type: x\r\nX-Latin: caf\xe9 \xc3\xa9\r\n"
+    assert forward_response_fields(head, drop_length=False) == (
+        b"Content-Length: 9\r\nContent-Type: x\r\nX-Latin: caf\xe9 \xc3\xa9\r\n")
 
 
 def test_upstream_name_hides_credentials():
