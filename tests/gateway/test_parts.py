@@ -15,7 +15,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from slogate.gateway.config import Timeouts
 from slogate.gateway.errors import json_error, sse_error
 from slogate.gateway.headers import forward_request_headers, forward_response_fields
-from slogate.traces.http1 import parse_head
 from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render
 from slogate.gateway.logs import RedactFilter
 from slogate.gateway.overhead import Overhead
@@ -23,6 +22,7 @@ from slogate.gateway.status import StatusWindow
 from slogate.gateway.timeouts import Deadlines, Watchdog, limits_ns
 from slogate.gateway.upstream import Upstream
 from slogate.traces.histogram import Histogram
+from slogate.traces.http1 import parse_head
 from slogate.traces.record import RequestRecord
 from slogate.traces.slo import parse_slo
 
