@@ -192,12 +192,14 @@ def test_bundled_agentic_sample_replays_on_llama31_70b() -> None:
 
 def test_sim_prefix_hit_rate_matches_the_ideal_and_drops_when_kv_is_small() -> None:
     from slogate.traces import formats
-    from slogate.traces.stats import trace_stats
+    from slogate.traces.stats import block_tokens, trace_stats
 
     files = sorted((SAMPLES / "agentic").glob("*.json"))
-    ideal = trace_stats(formats.load(files, "agentic")[1]).ideal_prefix_reuse
+    header, records = formats.load(files, "agentic")
+    ideal = trace_stats(records, block_tokens=block_tokens(header)).ideal_prefix_reuse
     w = _workload(files)
     roomy = replay(w, ReplayOptions(target="sim:h200/llama-3.1-70b?tp=4", virtual=True))
+    print(f"prefix reuse: ideal {ideal:.3f}, sim hit rate {roomy.results.prefix_cache_hit_rate:.3f}")
     assert ideal is not None and abs(roomy.results.prefix_cache_hit_rate - ideal) < 0.02
     assert roomy.sim_stats["preemptions"] == 0
     small = replay(w, ReplayOptions(target="sim:h200/llama-3.1-70b?tp=4&kv_blocks=400", virtual=True))
