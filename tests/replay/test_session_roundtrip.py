@@ -173,3 +173,36 @@ def test_a_capture_of_one_shot_requests_replays_open_loop(tmp_path) -> None:
     workload = build_workload(parser().parse_args([str(path), "--target", SIM, "--concurrency", "2"]))[0]
     assert not any(d.startswith("sessions=") for d in workload.description)
     assert workload.concurrency == 2 and len(workload.requests) == 5
+
+
+def _sessions_of(records: list[RequestRecord]) -> list[list[RequestRecord]]:
+    """Sessions sorted as `_shape` sorts them (turn count, then first arrival)."""
+    return sorted(_by_session(records).values(), key=lambda t: (len(t), t[0].t))
+
+
+def test_a_replay_captured_by_a_second_gateway_gives_the_sessions_back(capture, tmp_path) -> None:
+    """replay → gateway (--session-header X-Session-Id) → sim: replay sends each session's opaque id in
+    X-Session-Id (its default), so the second capture has the same sessions, turns and think times (±5 ms)."""
+    path, _ = capture
+    captured = read_trace(path).records
+    again = tmp_path / "again"
+    with start_sim(timing="constant", ttft_ms=20, itl_ms=2) as sim, \
+            start_gateway(sim.url, trace_dir=again, extra_args=["--session-header", "X-Session-Id",
+                                                                 "--session-from", "header",
+                                                                 "--trace-flush-interval", "0.1"]) as gw:
+        start_at = time.time() + 1.0
+        with reference_pacer([k * 0.01 for k in range(100)], start_at) as ref:
+            out = replay(_workload(path), ReplayOptions(target=gw.url, tokenizer="none", start_at=start_at))
+    assert out.results.summary.failed == 0
+    recaptured = read_trace(again).records
+    assert _shape_turns(recaptured) == _shape_turns(captured)
+    assert not {r.session for r in recaptured} & {r.session for r in captured}  # a new run: new session ids
+    bound = max(0.005, ref.max + 0.002)  # 5 ms, unless other jobs stalled even a bare pacer longer
+    diffs = [b.think - a.think for s1, s2 in zip(_sessions_of(captured), _sessions_of(recaptured), strict=True)
+             for a, b in zip(s1[1:], s2[1:], strict=True)]
+    assert len(diffs) == len(captured) - 3 and max(abs(d) for d in diffs) < bound, (diffs, ref.max)
+    print(f"think time, recaptured − captured: max {max(diffs) * 1e3:.2f} ms, min {min(diffs) * 1e3:.2f} ms")
+
+
+def _shape_turns(records: list[RequestRecord]) -> list[list[int]]:
+    return [[r.turn for r in turns] for turns in _sessions_of(records)]

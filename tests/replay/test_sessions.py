@@ -282,3 +282,16 @@ def test_http_sessions_split_over_worker_processes(tmp_path) -> None:
     _check_structure(out.records)
     # order and think times (recorded timing would be ~60 ms off per turn); 3 processes share 2 cores here
     assert max(abs(g) for g in _gaps(out.records)) < 0.05
+
+
+def test_session_header_value_is_opaque_per_run_and_the_flag_is_checked() -> None:
+    from slogate.replay.cli.replay import session_header
+    from slogate.replay.sessions import header_value
+    from slogate.traces.usage import UsageError
+
+    a = header_value("run1", "conv-a")
+    assert a == header_value("run1", "conv-a") and len(a) == 16 and "conv" not in a
+    assert a != header_value("run1", "conv-b") and a != header_value("run2", "conv-a")
+    assert session_header("X-Session-Id") == "X-Session-Id" and session_header("off") is None
+    with pytest.raises(UsageError, match="bad --session-header 'X Session'"):
+        session_header("X Session")
