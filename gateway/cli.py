@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the open-files limit less a reserve)")
     c = p.add_argument_group("trace capture")
     c.add_argument("--trace-dir", metavar="DIR", help="write anonymized trace segments here")
-    c.add_argument("--trace-sample", type=float, metavar="FRACTION", help="fraction of requests captured (default 1)")
+    c.add_argument("--trace-sample", type=float, metavar="FRACTION", help="fraction of requests captured, whole sessions kept or dropped (default 1)")
     c.add_argument("--trace-seed", type=int, metavar="N", help="seed of the sampling RNG")
     c.add_argument("--trace-salt-file", metavar="FILE",
                    help="secret salt for prefix hashes (created 0600 when missing; SLOGATE_TRACE_SALT wins)")

@@ -72,8 +72,9 @@ class WriterStats(msgspec.Struct):
 _STOP = object()
 _Item = tuple[RequestRecord, Prompt | None, "str | bytes | None"]
 # Called in the writer thread after hashing with (record, prompt bytes or token ids or None, session key):
-# sets the record's session fields (gateway.sessions); without it a session key is simply hashed.
-SessionHook = Callable[[RequestRecord, Any, "str | bytes | None"], None]
+# sets the record's session fields (gateway.sessions) and returns False when the record's session is
+# sampled out (not written, counted in `sampled_out`); without it a session key is simply hashed.
+SessionHook = Callable[[RequestRecord, Any, "str | bytes | None"], "bool | None"]
 
 
 class TraceWriter:
@@ -113,6 +114,7 @@ class TraceWriter:
         self.dropped = 0
         self.lost = 0
         self.errors = 0
+        self.sampled_out = 0  # records the session hook sampled out (--trace-sample keeps whole sessions)
         self.bytes_written = 0
         self.last_error: str | None = None
 
@@ -219,7 +221,9 @@ class TraceWriter:
                 self._error(f"hashing failed: {type(exc).__name__}")
             if self._sessions is not None:
                 try:
-                    self._sessions(record, data, session_key)
+                    if self._sessions(record, data, session_key) is False:
+                        self.sampled_out += 1
+                        return
                 except Exception as exc:  # nor a session bug: the record is written without its session
                     self._error(f"session derivation failed: {type(exc).__name__}")
         try:
