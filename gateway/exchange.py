@@ -17,7 +17,7 @@ from typing import Any, Protocol, cast
 from slogate.gateway import assemble
 from slogate.gateway.errors import json_error, status_of
 from slogate.gateway.failures import end_late
-from slogate.gateway.headers import forward_request_headers, forward_response_fields
+from slogate.gateway.headers import forward_request_fields, forward_response_fields
 from slogate.gateway.http_server import ClientRequest
 from slogate.gateway.overhead import Overhead
 from slogate.gateway.recorder import Recorder
@@ -128,7 +128,7 @@ class Exchange:
     # ------------------------------------------------------------------ attempts over upstreams
     async def _attempts(self, wd: Watchdog) -> None:
         request = self.request
-        headers = forward_request_headers(request.headers, injected=self.strip).items()
+        headers = forward_request_fields(request.headers, injected=self.strip)
         overhead = self.overhead
         while True:  # one pass per attempt; another only while nothing went to the client
             up = self.upstream

@@ -22,9 +22,9 @@ from time import perf_counter_ns
 
 import httptools
 import msgspec
-from multidict import CIMultiDict
 
 from slogate.gateway.client_limits import BUSY, REJECT, ClientLimits
+from slogate.gateway.headers import RequestFields
 
 log = logging.getLogger("slogate.gateway")
 
@@ -104,7 +104,7 @@ class ClientRequest:
     __slots__ = ("body", "conn", "headers", "keep_alive", "method", "path", "raw_path", "t0", "t_body",
                  "too_large", "version")
 
-    def __init__(self, conn: ClientConn, method: str, raw_path: str, headers: CIMultiDict[str], version: str,
+    def __init__(self, conn: ClientConn, method: str, raw_path: str, headers: RequestFields, version: str,
                  t0: int) -> None:
         self.conn = conn
         self.method = method
@@ -255,10 +255,10 @@ class ClientConn(asyncio.Protocol):
         t0 = perf_counter_ns()
         parser = self._parser
         try:
-            headers = CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in self._headers)
             target = b"".join(self._url).decode("ascii")
         except UnicodeDecodeError:
             raise httptools.HttpParserError("non-ASCII request target") from None
+        headers = RequestFields([(k.lower(), k, v) for k, v in self._headers])
         req = ClientRequest(self, parser.get_method().decode("ascii"), target, headers,
                             parser.get_http_version(), t0)
         req.keep_alive = parser.should_keep_alive()

@@ -31,7 +31,6 @@ from slogate.gateway.config import (
     trusted_networks,
     upstream_specs,
 )
-from slogate.gateway.headers import has_control_headers, without_control_headers
 from slogate.gateway.http_server import ClientConn, ClientRequest, Reply
 from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render, watch_loop_lag
 from slogate.gateway.model_list import watch_models
@@ -147,8 +146,8 @@ class Gateway:
                 endpoint = admin.get(request.path)
                 if endpoint is not None:
                     return request.conn.reply(await endpoint())
-            if has_control_headers(request.headers) and not _trusted(request.remote, trusted):
-                request.headers = without_control_headers(request.headers)
+            if request.headers.control and not _trusted(request.remote, trusted):
+                request.headers = request.headers.without_control()
             await relay(request)
 
         return handle

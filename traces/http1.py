@@ -31,14 +31,15 @@ class ProtocolError(Exception):
     """The peer's bytes are not valid HTTP/1.1 framing (the exchange fails with error class "protocol")."""
 
 
-def request_bytes(method: str, target: str, host: str, headers: Iterable[tuple[str, str]], body: bytes) -> bytes:
-    """One request: `Host` first, the given headers, then `Content-Length` (like aiohttp's client)."""
-    lines = [f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n"]
-    lines += [f"{k}: {v}\r\n" for k, v in headers]
-    if body or method not in _NO_BODY_METHODS:
-        lines.append(f"Content-Length: {len(body)}\r\n")
-    lines.append("\r\n")
-    return "".join(lines).encode("utf-8", "surrogateescape") + body
+def request_bytes(method: str, target: str, host: str, headers: Iterable[tuple[str, str]] | bytes, body: bytes) -> bytes:
+    """One request: `Host` first, the given headers (pairs, or field lines already encoded as
+    `name: value\r\n` bytes, which a proxy passes on unchanged), then `Content-Length`."""
+    if not isinstance(headers, bytes):
+        headers = "".join([f"{k}: {v}\r\n" for k, v in headers]).encode("utf-8", "surrogateescape")
+    length = b"Content-Length: %d\r\n" % len(body) if body or method not in _NO_BODY_METHODS else b""
+    return b"%s %s HTTP/1.1\r\nHost: %s\r\n%b%b\r\n%b" % (
+        method.encode("ascii"), target.encode("utf-8", "surrogateescape"), host.encode("utf-8", "surrogateescape"),
+        headers, length, body)
 
 
 class Head:
