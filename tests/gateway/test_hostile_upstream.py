@@ -43,7 +43,7 @@ def _raw_exchange(port: int, request: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(request)
         data = b""
-        while b"\r\n\r\n" not in data or not data.endswith((b"ok", b"\r\n\r\n")) and len(data) < 65536:
+        while b"\r\n\r\n" not in data or (not data.endswith((b"ok", b"\r\n\r\n")) and len(data) < 65536):
             piece = sock.recv(65536)
             if not piece:
                 break
