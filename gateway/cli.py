@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-inject-usage", dest="inject_usage", action="store_false", default=None,
                    help="do not add stream_options.include_usage to streams that lack it")
     p.add_argument("--max-body-bytes", type=int, metavar="N", help="larger request bodies get 413 (default 32 MiB)")
+    p.add_argument("--max-inflight-body-bytes", type=int, metavar="N",
+                   help="request-body bytes buffered at once over all clients; a body beyond it gets 503 "
+                   "(default 256 MiB; per worker with --workers)")
     p.add_argument("--max-connections", type=int, dest="max_connections_per_upstream", metavar="N",
                    help="connection pool size per upstream (default 1024)")
     p.add_argument("--trust-header-from", metavar="CIDR", action="append",
@@ -169,6 +172,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "upstreams": args.upstreams,
         "inject_usage": args.inject_usage,
         "max_body_bytes": args.max_body_bytes,
+        "max_inflight_body_bytes": args.max_inflight_body_bytes,
         "max_connections_per_upstream": args.max_connections_per_upstream,
         "shutdown_grace": args.shutdown_grace,
         "workers": None if args.workers is None else (int(args.workers) if args.workers.isdigit() else args.workers),

@@ -72,6 +72,7 @@ class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
     slos: dict[str, str] = {}  # name -> "ttft=0.5,tpot=50ms"
     inject_usage: bool = True
     max_body_bytes: int = 32 << 20
+    max_inflight_body_bytes: int = 256 << 20  # request-body bytes buffered at once; beyond it 503 (gateway/body_budget.py)
     shutdown_grace: float = 30.0
     workers: int | str = 1  # worker processes on one port (gateway/workers.py); "auto": one per core
     unready_after_errors: float = 30.0  # /readyz 503 once the upstream answered only failures this long
@@ -103,6 +104,7 @@ _HINTS: dict[str, str] = {
     "slos": 'a table NAME = "ttft=0.5,tpot=50ms,e2e=30"',
     "inject_usage": "true or false",
     "max_body_bytes": "a positive integer (bytes)",
+    "max_inflight_body_bytes": "a positive integer (bytes), at least max_body_bytes",
     "shutdown_grace": "a non-negative number of seconds",
     "workers": 'a positive integer or "auto" (one per core)',
     "unready_after_errors": "a positive number of seconds",
@@ -151,6 +153,7 @@ FLAGS: dict[str, str] = {
     "slos": "--slo",
     "inject_usage": "--no-inject-usage",
     "max_body_bytes": "--max-body-bytes",
+    "max_inflight_body_bytes": "--max-inflight-body-bytes",
     "shutdown_grace": "--shutdown-grace",
     "workers": "--workers",
     "unready_after_errors": "--unready-after-errors",
@@ -309,6 +312,8 @@ def _check(cfg: GatewayConfig) -> None:
     for key in ("max_body_bytes", "max_connections_per_upstream", "max_model_labels", "expected_output_tokens"):
         if getattr(cfg, key) <= 0:
             raise _bad(key, getattr(cfg, key))
+    if cfg.max_inflight_body_bytes < cfg.max_body_bytes:  # else a body the limit allows could never fit
+        raise _bad("max_inflight_body_bytes", cfg.max_inflight_body_bytes)
     if not cfg.client.body_min_rate > 0:
         raise _bad("client.body_min_rate", cfg.client.body_min_rate)
     if cfg.client.max_connections < 0:

@@ -21,6 +21,7 @@ import msgspec
 import orjson
 
 from slogate.gateway import http_server
+from slogate.gateway.body_budget import BodyBudget
 from slogate.gateway.capture import Capture, perf_epoch
 from slogate.gateway.client_limits import ClientLimits, connection_cap
 from slogate.gateway.config import (
@@ -88,6 +89,8 @@ class Gateway:
         self.relay = Relay(cfg, self.router, self.recorder, self.start_ns, self.deadlines)
         self.registry = make_registry(MetricsCollector(self.metrics, self._inflight, self.recorder.trace_counts))
         self.registry.register(self.router.collector())
+        self.body_budget = BodyBudget(cfg.max_inflight_body_bytes)  # the proxy port's (gateway.body_budget)
+        self.registry.register(self.body_budget.collector())
         if cfg.otel:  # the same families over OTLP (gateway/otel_metrics.py); a lifecycle sink: the recorder
             self.sinks.append(_otel_metrics(self.registry, self.start_unix))  # holds its own tuple, never calls it
         self.admin: dict[str, Endpoint] = {
@@ -141,8 +144,12 @@ class Gateway:
         admin = self.admin if with_admin else {"/healthz": self.healthz, "/readyz": self.readyz}
         relay = self.relay.handle
         trusted = trusted_networks(self.cfg.trust_header_from)
+        # a body over the budget: 503, and the connection closes (its body is left unread)
+        refusal = Reply(503, self.body_budget.refusal_body(), headers=(("Retry-After", "1"),), close=True)
 
         async def handle(request: ClientRequest) -> None:
+            if request.refused:
+                return request.conn.reply(refusal)
             if request.method == "GET":
                 endpoint = admin.get(request.path)
                 if endpoint is not None:
@@ -266,7 +273,7 @@ async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None, role: 
     try:
         host, port = parse_hostport(cfg.listen, key="listen")
         proxy = http_server.protocol_factory(gateway.proxy_handler(with_admin=cfg.admin_listen is None),
-                                             max_body=cfg.max_body_bytes, limits=limits)
+                                             max_body=cfg.max_body_bytes, limits=limits, budget=gateway.body_budget)
         listener = await http_server.start_server(proxy, host, port, reuse_port=role is not None)
         servers.append((listener, proxy.registry))
         if role is not None:  # the supervisor serves admin_listen and asks each worker here

@@ -31,14 +31,17 @@ class ProtocolError(Exception):
     """The peer's bytes are not valid HTTP/1.1 framing (the exchange fails with error class "protocol")."""
 
 
-def request_bytes(method: str, target: str, host: str, headers: Iterable[tuple[str, str]], body: bytes) -> bytes:
-    """One request: `Host` first, the given headers, then `Content-Length` (like aiohttp's client)."""
+def request_bytes(method: str, target: str, host: str, headers: Iterable[tuple[str, str]], body: bytes, *,
+                  head_only: bool = False) -> bytes:
+    """One request: `Host` first, the given headers, then `Content-Length` (like aiohttp's client);
+    `head_only`: without the body (a large body is written on its own, never copied)."""
     lines = [f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n"]
     lines += [f"{k}: {v}\r\n" for k, v in headers]
     if body or method not in _NO_BODY_METHODS:
         lines.append(f"Content-Length: {len(body)}\r\n")
     lines.append("\r\n")
-    return "".join(lines).encode("utf-8", "surrogateescape") + body
+    head = "".join(lines).encode("utf-8", "surrogateescape")
+    return head if head_only else head + body
 
 
 class Head:
