@@ -66,7 +66,9 @@ class TokensConfig(msgspec.Struct, forbid_unknown_fields=True):
 
 class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
     listen: str = "0.0.0.0:8080"
-    admin_listen: str | None = None  # /metrics and /slogate/status here instead of on `listen`
+    # /metrics, /slogate/status (and the probes): "auto" = 127.0.0.1:<listen port + 1>, "HOST:PORT", or "proxy"
+    # (on `listen` beside the proxied paths: the opt-in to expose them on the public port)
+    admin_listen: str = "auto"
     upstreams: list[str] = []  # URL or URL#pool=NAME,weight=N,name=LABEL (gateway/routing/upstreams.py)
     upstream: list[UpstreamSpec] = []  # [[upstream]] tables: url, name, pool, weight, models, limits
     slos: dict[str, str] = {}  # name -> "ttft=0.5,tpot=50ms"
@@ -98,7 +100,8 @@ class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
 # What a value must look like, per key (used in error messages).
 _HINTS: dict[str, str] = {
     "listen": 'a "HOST:PORT" address, e.g. "0.0.0.0:8080"',
-    "admin_listen": 'a "HOST:PORT" address, e.g. "127.0.0.1:9090"',
+    "admin_listen": '"auto" (127.0.0.1, the listen port + 1), "proxy" (on listen) or a "HOST:PORT" address, '
+                    'e.g. "127.0.0.1:9090"',
     "upstreams": 'a list of URLs, e.g. ["http://127.0.0.1:8000", "http://10.0.0.2:8000#pool=long,weight=2"]',
     "upstream": 'tables [[upstream]] with url = "http://..." and optional name, pool, weight, models',
     "slos": 'a table NAME = "ttft=0.5,tpot=50ms,e2e=30"',
@@ -326,8 +329,7 @@ def _check(cfg: GatewayConfig) -> None:
     _check_sessions(cfg.trace)
     trusted_networks(cfg.trust_header_from)
     parse_hostport(cfg.listen, key="listen")
-    if cfg.admin_listen is not None:
-        parse_hostport(cfg.admin_listen, key="admin_listen")
+    admin_address(cfg)
     if not cfg.upstreams and not cfg.upstream:
         raise UsageError("gateway.upstreams (--upstream): give at least one upstream URL, e.g. --upstream http://127.0.0.1:8000")
     for url in cfg.upstreams:
@@ -338,9 +340,10 @@ def _check(cfg: GatewayConfig) -> None:
         raise _bad("tokens.template", cfg.tokens.template, ", ".join(TEMPLATES))
     check_routing(cfg.routing, upstream_specs(cfg))
     _check_ecosystem(cfg)
-    if worker_count(cfg) > 1 and cfg.admin_listen is None:
-        raise UsageError(f"gateway.workers (--workers) = {cfg.workers!r} needs admin_listen (--admin-listen HOST:PORT): "
-                         "the supervisor serves the merged /metrics and /slogate/status there")
+    if worker_count(cfg) > 1 and cfg.admin_listen == ADMIN_ON_PROXY:
+        raise UsageError(f"gateway.workers (--workers) = {cfg.workers!r} needs its own admin_listen (--admin-listen "
+                         "auto or HOST:PORT, not proxy): the supervisor serves the merged /metrics and "
+                         "/slogate/status there")
 
 
 def worker_count(cfg: GatewayConfig) -> int:
@@ -393,6 +396,22 @@ def trusted_networks(cidrs: list[str]) -> list[ipaddress.IPv4Network | ipaddress
         except ValueError:
             raise _bad("trust_header_from", cidr, 'CIDR networks such as "10.0.0.0/8" or "::1/128"') from None
     return out
+
+
+ADMIN_ON_PROXY = "proxy"
+
+
+def admin_address(cfg: GatewayConfig) -> tuple[str, int] | None:
+    """Where the admin endpoints listen: (host, port), or None for "proxy" (on `listen`).
+    "auto" is loopback only, on the proxy port + 1, so /metrics is never public unless asked."""
+    if cfg.admin_listen == ADMIN_ON_PROXY:
+        return None
+    if cfg.admin_listen == "auto":
+        port = parse_hostport(cfg.listen, key="listen")[1] + 1
+        if port > 65535:
+            raise _bad("admin_listen", cfg.admin_listen, 'a "HOST:PORT" address: listen is on port 65535')
+        return "127.0.0.1", port
+    return parse_hostport(cfg.admin_listen, key="admin_listen")
 
 
 def parse_hostport(text: str, *, key: str) -> tuple[str, int]:
