@@ -36,6 +36,7 @@ from slogate.traces.request_info import RequestInfo
 log = logging.getLogger("slogate.gateway")
 
 _SMALL_BODY = 1 << 20  # non-streamed responses up to this size are relayed in one write
+_SPLIT_BODY = 1 << 16  # request bodies from this size go to the upstream in their own write
 
 # gateway.upstream raises these codes (UpstreamError.code); their error class. One small table so the
 # connection layer can switch to ErrorClass names later (a code already in ERROR_CLASSES passes through).
@@ -132,10 +133,14 @@ class Exchange:
         overhead = self.overhead
         while True:  # one pass per attempt; another only while nothing went to the client
             up = self.upstream
-            data = request_bytes(request.method, up.prefix + request.raw_path, up.host_header, headers, self.body)
+            body = self.body
+            split = len(body) >= _SPLIT_BODY  # a large body is written after its head, never copied into it
+            data = request_bytes(request.method, up.prefix + request.raw_path, up.host_header, headers, body,
+                                 head_only=split)
             wd.waiting_first_byte(overhead.wait_start())
             try:
-                self.conn, head = await up.exchange(data, no_body=request.method == "HEAD")
+                self.conn, head = await up.exchange(data, no_body=request.method == "HEAD",
+                                                    body=body if split else b"")
             except asyncio.CancelledError:
                 return self._cancelled_early(wd)
             except UpstreamError as exc:
@@ -149,6 +154,9 @@ class Exchange:
             if head.status == 503 and self._retry(HTTP_503):  # overloaded or draining: try another upstream
                 continue
             break
+        del body, data
+        self.body = b""
+        request.release_body()  # the upstream has it: its bytes go back to the in-flight budget
         wd.streaming(t_head)
         await self._respond(self.conn, head, wd)
 
