@@ -110,6 +110,9 @@ def load_repeated(path: Path, reps: dict[int, Repeated], *, with_records: bool =
     run.spread = noise(rep)
     run.notes.append(f"the values are the means of {len(dirs)} repeats ({', '.join(run.repeats)}); the load, CDF and "
                      f"timeline figures show {dirs[0].name}")
+    if run.spread and all(sp.sd == 0 for sp in run.spread.values()):
+        run.notes.append("the repeats are identical (virtual time with one sim seed?): no run-to-run noise was "
+                         "measured, so the intervals are the bootstrap's alone")
     reps[id(run)] = rep
     return run
 
