@@ -14,6 +14,7 @@ import pytest
 from slogate.cli import main as slogate
 from tests.replay.test_compare_runs import make_trace, replay_args
 from tests.replay.test_compare_significance import BASE, SLOW
+from tests.replay.test_report import assert_four_sections, chromium, console_errors
 
 pytestmark = pytest.mark.slow  # nine real-clock runs (≈ 25 s for the module)
 
@@ -61,6 +62,9 @@ def test_slower_tpot_is_flagged_significant(repeats: dict[str, Path], tmp_path: 
     # the spread table: every value is a mean ± sd over the 3 repeats
     spread = page.split('<div id="spread">')[1].split("</table>")[0]
     assert spread.count("<tr>") == 4 and " ± " in spread  # header + three runs
+    dom = chromium("--dump-dom", (tmp_path / "r.html").as_uri(), tmp=tmp_path)
+    assert dom.returncode == 0 and not console_errors(dom.stderr), dom.stderr[-2000:]
+    assert_four_sections(dom.stdout)  # every conclusion's figure link (#differences) resolves
 
 
 def test_the_report_and_compare_give_the_same_interval(repeats: dict[str, Path], tmp_path: Path,
