@@ -230,7 +230,7 @@ def _differences(data: ReportData) -> list[Conclusion]:
             text += "no difference beyond the noise (" + ", ".join(f"{d.metric} {d.relative:+.1%}" for d in noise) + ")"
         values: dict[str, float | str | None] = {f"{d.metric}.relative": d.relative for d in diffs}
         values.update({f"{d.metric}.significant": str(d.significant) for d in diffs})
-        out.append(Conclusion("difference", text, "differences", "warn" if real else "info", run.name, values))
+        out.append(Conclusion("difference", text, "differences", "info", run.name, values))
     return out
 
 

@@ -1,11 +1,6 @@
-"""The report's repeated runs and the significance of its differences. A directory written by
-`slogate replay --repeat N` (OUT/run-K plus repeats.json) is one run of the report: its values are the
-repeats' means (replay.repeats.combine), each metric has its run-to-run spread, and every change against
-the first run gets the interval `compare --repeat` gives it (replay.compare.intervals, the pooled-records
-bootstrap, widened by replay.repeats.widen); `differences_html` is the table of those changes.
-
-Reads run directories only through replay.compare.load_side; never renders plots, never tests significance
-itself (replay.significance does).
+"""The report's repeated runs and differences: a `replay --repeat N` directory (run-K, repeats.json) is one
+run of the repeats' means and spread, and every change vs the first run gets `compare --repeat`'s interval
+(replay.compare.intervals widened by replay.repeats.widen). Never tests significance itself, never plots.
 """
 
 from __future__ import annotations

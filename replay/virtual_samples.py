@@ -1,10 +1,6 @@
-"""`--virtual` runs' server telemetry: the simulated engine's running batch, waiting queue, KV-cache usage,
-preemptions and prefix-cache counters sampled every interval of virtual time into the lines `--scrape-metrics`
-writes over HTTP (replay.scrape: `{"t", "metrics": {slogate name: value}}`, t from the schedule start), plus
-`"source": "sim-virtual"`, so the report reads one structure and can say where the samples came from.
-
-A probe the sim's engine calls after each virtual step (replay.sim.engine.Probe); never touches the wall
-clock or the network, and never changes the simulation.
+"""`--virtual` runs' server telemetry: the sim engine's running batch, queue, KV usage and counters every
+interval of virtual time, as the lines `--scrape-metrics` writes (replay.scrape) plus `"source": "sim-virtual"`.
+A probe the engine calls after each step (replay.sim.engine.Probe); never changes the simulation or sleeps.
 """
 
 from __future__ import annotations
