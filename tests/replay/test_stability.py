@@ -132,7 +132,7 @@ def test_server_memory_from_the_sims_metrics(trace: Path, tmp_path: Path, capsys
                                              leak: int) -> None:
     """The sim exports `process_resident_memory_bytes` (prometheus_client's process collector); the replay's
     scraper reads it and the verdict judges its growth. With the test fault `leak=25` (25 MB more resident
-    memory every second, really allocated) the run is unstable for that reason; without it, stable."""
+    memory every second, really allocated) the run is unstable for that reason; without it, memory is stable."""
     target = TARGET + (f"&fault=leak={leak}" if leak else "")
     st, _ = run(trace, tmp_path / f"leak{leak}", target, capsys, extra=("--scrape-metrics", "0.2"))
     mem = [w["resident_memory_bytes"] for w in st["windows"]]
@@ -144,4 +144,4 @@ def test_server_memory_from_the_sims_metrics(trace: Path, tmp_path: Path, capsys
         assert grew and st["stable"] is False and st["resident_memory"]["change"] > 0.05, st["verdict"]
     else:
         assert not grew and abs(st["resident_memory"]["change"]) < 0.05, st["verdict"]
-        assert st["stable"] is True, st["verdict"]
+        assert not any("memory" in r for r in st["reasons"])  # memory-wise stable (1 s p99 windows may jitter)
