@@ -136,7 +136,7 @@ def differences_html(data: ReportData) -> str:
             rows.append([f'<span id="{anchor("spread", r.name)}">{html.escape(r.name)}</span>', str(len(r.repeats))]
                         + [_spread_cell(r, m, flatten(r.results.summary).get(m)) for m in HEADLINE])
         head = "".join(f"<th>{html.escape(m)}</th>" for m in ("run", "repeats", *HEADLINE))
-        parts.append('<div id="spread"><h3>Run-to-run spread</h3><p class="meta">runs given as a `replay --repeat N` '
+        parts.append('<div id="spread"><h3>Run-to-run spread</h3><p class="meta">runs given as a <code>replay --repeat N</code> '
                      "directory: every value in this report is the mean of the repeats; here ± is their standard "
                      "deviation (CV = sd / mean)</p><div class=\"wrap\"><table><thead><tr>" + head + "</tr></thead><tbody>"
                      + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
@@ -153,8 +153,8 @@ def differences_html(data: ReportData) -> str:
         head = "".join(f"<th>{h}</th>" for h in ("run", "metric", html.escape(data.runs[0].name) + " (baseline)",
                                                    "value", "change", "95 % CI of the change", "verdict"))
         how = ("with repeats the interval is the hull of the pooled-records bootstrap and the Welch interval of the "
-               "repeats' values (as `slogate compare --repeat N`), so it counts run-to-run noise"
-               if repeated else "a seeded bootstrap of the per-request records; give `replay --repeat N` directories "
+               "repeats' values (as <code>slogate compare --repeat N</code>), so it counts run-to-run noise"
+               if repeated else "a seeded bootstrap of the per-request records; give <code>replay --repeat N</code> directories "
                "to count run-to-run noise too (throughput rows need them)")
         parts.append('<div id="differences"><h3>Differences against the first run</h3><p class="meta">a change is '
                      f"significant when its 95 % interval excludes 0; {how}</p>"
