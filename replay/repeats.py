@@ -16,6 +16,9 @@ from slogate.replay.significance import Spread, repeat_interval, spread, widest
 from slogate.traces.summary import RunSummary
 
 Intervals = dict[str, tuple[float, float]]
+# the metrics whose run-to-run spread is printed (`replay --repeat`, `compare --repeat`) and reported
+HEADLINE = ("output_tokens_per_s", "goodput_rps", "slo_attainment", "ttft_s.p50", "ttft_s.p99", "tpot_s.p50",
+            "tpot_s.p99", "e2e_s.p99")
 
 
 class Repeated(msgspec.Struct):

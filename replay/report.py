@@ -3,8 +3,8 @@ self-contained HTML file plus `conclusions.json` beside it (replay.outputs.html 
 replay.report_plots draws the plots, replay.report_conclusions writes the conclusions; the data
 they share is replay.report_model).
 
-Reads results.json, requests.jsonl.zst, metrics.jsonl, stability.json and sweep.json; never fetches
-anything remote and never needs matplotlib (without it the report has every table and says how to get plots).
+Reads results.json, requests.jsonl.zst, metrics.jsonl, stability.json, sweep.json and `replay --repeat`
+directories (repeats.json, replay.report_repeats); never fetches anything remote and never needs matplotlib (without it the report has every table and says how to get plots).
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from pathlib import Path
 
 import msgspec
 
-from slogate.replay import report_sessions
+from slogate.replay import report_repeats, report_sessions
 from slogate.replay import results as results_io
 from slogate.replay import sweep as sweep_io
 from slogate.replay.names import number_repeated_names
 from slogate.replay.plan import output as plan_output
 from slogate.replay.plan import vs_sweep
+from slogate.replay.repeats import Repeated, noise
 from slogate.replay.report_conclusions import conclude
 from slogate.replay.report_model import ReportData, RunData, SweepData, flatten_sample
-from slogate.replay.significance import bootstrap_deltas
 from slogate.replay.stability import Stability
 from slogate.traces.segments import TraceError
 
@@ -40,6 +40,7 @@ class ReportError(ValueError):
 def collect(paths: Sequence[str | Path], *, with_records: bool = True) -> ReportData:
     """Read every run directory (or results.json, or sweep directory) named on the command line."""
     runs: list[RunData] = []
+    reps: dict[int, Repeated] = {}  # id(run) -> its repeats, for the change intervals
     sweeps: list[SweepData] = []
     names: list[str] = []  # what was named on the command line, for the title
     plans = []
@@ -55,6 +56,9 @@ def collect(paths: Sequence[str | Path], *, with_records: bool = True) -> Report
             names.append(f"sweep {p.name}")
             for point in sweep.points:
                 runs.append(load_run(p / point.dir, name=f"{p.name} {sweep.mode}={point.x:g}", with_records=with_records))
+        elif report_repeats.is_repeats_dir(p):
+            runs.append(load_repeated(p, reps, with_records=with_records))
+            names.append(f"{runs[-1].name} ×{len(runs[-1].repeats)}")
         else:
             runs.append(load_run(p, with_records=with_records))
             names.append(runs[-1].name)
@@ -67,9 +71,8 @@ def collect(paths: Sequence[str | Path], *, with_records: bool = True) -> Report
     number_repeated_names(runs)
     data = ReportData(title="slogate report: " + ", ".join(names), generated_unix=time.time(), runs=runs, sweeps=sweeps)
     if 1 < len(runs) <= MAX_CI_RUNS:
-        base = runs[0].records
-        data.cis = [bootstrap_deltas(base, r.records, seed=0, resamples=CI_RESAMPLES) if base and r.records else None
-                    for r in runs[1:]]
+        sides = [reps.get(id(r)) or report_repeats.single(r) for r in runs]
+        data.cis = report_repeats.change_intervals(sides, seed=0, resamples=CI_RESAMPLES)
     data.conclusions = conclude(data)
     return data
 
@@ -91,6 +94,26 @@ def load_run(path: str | Path, *, name: str | None = None, with_records: bool = 
             run.stability = msgspec.json.decode((directory / "stability.json").read_bytes(), type=Stability)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             run.notes.append(f"stability.json unreadable ({exc})")
+    return run
+
+
+def load_repeated(path: Path, reps: dict[int, Repeated], *, with_records: bool = True) -> RunData:
+    """A `replay --repeat N` directory as one run: the repeats' mean summary and spread; its records,
+    telemetry and stability (the figures) are the first repeat's."""
+    try:
+        rep, dirs = report_repeats.load_repeats(path)
+    except report_repeats.RepeatsError as exc:
+        raise ReportError(str(exc)) from None
+    run = load_run(dirs[0], name=path.name, with_records=with_records)
+    run.path, run.results = str(path), rep.side.results
+    run.repeats = [d.name for d in dirs]
+    run.spread = noise(rep)
+    run.notes.append(f"the values are the means of {len(dirs)} repeats ({', '.join(run.repeats)}); the load, CDF and "
+                     f"timeline figures show {dirs[0].name}")
+    if run.spread and all(sp.sd == 0 for sp in run.spread.values()):
+        run.notes.append("the repeats are identical (virtual time with one sim seed?): no run-to-run noise was "
+                         "measured, so the intervals are the bootstrap's alone")
+    reps[id(run)] = rep
     return run
 
 
@@ -116,8 +139,23 @@ def _read_records(run: RunData, path: Path) -> None:
 def _read_scraped(run: RunData, path: Path) -> None:
     samples, note = read_samples(path)
     run.scraped = samples
+    if samples:
+        run.telemetry_source = samples_source(path)
     if note:
         run.notes.append(note)
+
+
+def samples_source(path: Path) -> str:
+    """Where metrics.jsonl's samples came from: its first line's `source` (replay.virtual_samples writes
+    "sim-virtual"), else the target's /metrics scraped over HTTP ("scrape")."""
+    with path.open("rb") as f:
+        first = f.readline()
+    try:
+        obj = msgspec.json.decode(first)
+    except msgspec.DecodeError:
+        return "scrape"
+    source = obj.get("source") if isinstance(obj, dict) else None
+    return source if isinstance(source, str) and source else "scrape"
 
 
 def read_samples(path: Path) -> tuple[list[dict[str, float]], str | None]:

@@ -1,6 +1,7 @@
 """The report's conclusions, written by rules from the numbers: capacity at the SLO with headroom, the
-operating point, the replicas for the busiest minute of the measured load and its cost (from a sweep), what binds (from the scraped server telemetry), cost per million good tokens, the stability
-verdict and where a run is not trustworthy. Each names the anchor of the figure it rests on.
+operating point, the replicas for the busiest minute of the measured load and its cost (from a sweep), what
+binds (from the server's telemetry), cost per million good tokens, which differences between runs are real
+(replay.report_repeats), the stability verdict and where a run is not trustworthy. Each names the anchor of the figure it rests on.
 
 Pure functions of `replay.report_model.ReportData`; never reads files and never renders HTML.
 """
@@ -21,6 +22,7 @@ def conclude(data: ReportData) -> list[Conclusion]:
     out += _capacity(data)
     out += _binding(data)
     out += _cost(data)
+    out += _differences(data)
     out += _stability(data)
     out += _trust(data)
     return out
@@ -147,26 +149,40 @@ def _binding(data: ReportData) -> list[Conclusion]:
     scraped = [r for r in data.runs if r.scraped]
     if not scraped:
         return _binding_from_records(data)
-    run = max(scraped, key=lambda r: r.results.summary.request_rate_rps)  # the most loaded run shows the limit
+    # the most loaded run shows the limit (offered load: past the capacity the achieved rate falls)
+    run = max(scraped, key=lambda r: r.results.summary.offered_rate_rps or r.results.summary.request_rate_rps)
     p = telemetry_peaks(run)
+    source = TELEMETRY_SOURCES.get(run.telemetry_source or "scrape", f"from {run.telemetry_source} samples")
     env = run.results.environment
     seats = env.engine.get("max_num_seqs")
     fig = anchor("telemetry", run.name)
     kv, waiting, running = p.get("kv_cache_usage", 0.0), p.get("waiting", 0.0), p.get("running", 0.0)
     pre = p.get("preemptions_total", 0.0)
     if kv >= KV_FULL or pre > 0:
+        limit = "kv_capacity"
         what = (f"KV capacity: the KV cache reached {kv:.0%}" + (f" and {pre:g} requests were preempted" if pre else ""))
     elif waiting > 0 and seats and seats.isdigit() and running >= int(seats):
+        limit = "scheduler:max_num_seqs"
         what = (f"the scheduler limit: {running:g} requests ran (max_num_seqs={seats}) while up to {waiting:g} waited, "
                 f"with the KV cache at most {kv:.0%}")
     elif waiting > 0:
+        limit = "prefill_compute"
         what = (f"prefill compute: up to {waiting:g} requests waited while {running:g} ran"
                 + (f" (below max_num_seqs={seats})" if seats else "") + f", KV cache at most {kv:.0%}")
     else:
+        limit = "decode_bandwidth"
         what = (f"nothing queued: decode bandwidth (each step's weight and KV reads) sets TPOT; at most {running:g} "
                 f"ran, KV cache at most {kv:.0%}, no preemptions")
-    return [Conclusion("binding", f"{run.name}: what binds at {run.results.summary.request_rate_rps:.3g} req/s: {what}",
-                       fig, "info", run.name, {k: v for k, v in p.items()})]
+    values: dict[str, float | str | None] = {k: v for k, v in p.items()}
+    values.update(telemetry_source=run.telemetry_source or "scrape", limit=limit)
+    return [Conclusion("binding", f"{run.name}: what binds at {run.results.summary.request_rate_rps:.3g} req/s "
+                       f"({source}): {what}", fig, "info", run.name, values)]
+
+
+TELEMETRY_SOURCES = {  # RunData.telemetry_source -> how a conclusion names it
+    "scrape": "server telemetry scraped from /metrics during the run",
+    "sim-virtual": "server telemetry from the simulated engine, sampled in virtual time",
+}
 
 
 def _cost(data: ReportData) -> list[Conclusion]:
@@ -187,6 +203,34 @@ def _cost(data: ReportData) -> list[Conclusion]:
     if not out:
         out.append(Conclusion("cost", "no price given: replay with --cost-per-hour USD for the cost per million "
                               "good tokens", "throughput", "info"))
+    return out
+
+
+def _differences(data: ReportData) -> list[Conclusion]:
+    """Per run after the first with intervals: the headline changes beyond the noise, and those within it."""
+    from slogate.replay.report_repeats import differences
+
+    out = []
+    base = data.runs[0] if data.runs else None
+    for i, run in enumerate(data.runs[1:], start=1):
+        if base is None or len(data.cis) < i or not data.cis[i - 1]:
+            continue
+        diffs = [d for d in differences(data, i) if d.significant is not None and d.relative is not None]
+        real = [d for d in diffs if d.significant]
+        noise = [d for d in diffs if not d.significant]
+        kind = (f"over {len(run.repeats)} vs {len(base.repeats) or 1} repeats, run-to-run noise counted"
+                if run.repeats or base.repeats else "per-request bootstrap, one run each")
+        text = f"{run.name} vs {base.name} ({kind}): "
+        if real:
+            text += "real differences: " + ", ".join(
+                f"{d.metric} {d.relative:+.1%}" + (f" (95 % CI {d.ci_relative[0]:+.1%} … {d.ci_relative[1]:+.1%})"
+                                                   if d.ci_relative else "") for d in real)
+            text += "; within the noise: " + (", ".join(d.metric for d in noise) or "none")
+        else:
+            text += "no difference beyond the noise (" + ", ".join(f"{d.metric} {d.relative:+.1%}" for d in noise) + ")"
+        values: dict[str, float | str | None] = {f"{d.metric}.relative": d.relative for d in diffs}
+        values.update({f"{d.metric}.significant": str(d.significant) for d in diffs})
+        out.append(Conclusion("difference", text, "differences", "info", run.name, values))
     return out
 
 

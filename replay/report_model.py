@@ -10,6 +10,7 @@ import msgspec
 from slogate.replay import sweep as sweep_io
 from slogate.replay.plan.vs_sweep import PlanVsSweep
 from slogate.replay.results import Results
+from slogate.replay.significance import Spread
 from slogate.replay.stability import Stability
 from slogate.traces.record import RequestRecord
 
@@ -24,6 +25,9 @@ class RunData(msgspec.Struct):
     scraped: list[dict[str, float]] = []  # from metrics.jsonl: {"t": seconds, metric: value, …}
     notes: list[str] = []  # what was missing or unreadable
     stability: Stability | None = None  # from stability.json (replay --stability)
+    repeats: list[str] = []  # a `replay --repeat N` directory: its run directories (values are their means)
+    spread: dict[str, Spread] = {}  # each metric's run-to-run spread over `repeats`
+    telemetry_source: str | None = None  # where `scraped` came from (metrics.jsonl's `source`, else the scrape)
 
 
 class SweepData(msgspec.Struct):
@@ -54,7 +58,8 @@ class ReportData(msgspec.Struct):
     runs: list[RunData]
     sweeps: list[SweepData] = []
     conclusions: list[Conclusion] = []
-    # per run after the first: bootstrap CI of each latency stat's change vs the first run (None: no records)
+    # per run after the first: the CI of each metric's change vs the first run (replay.report_repeats:
+    # the per-request bootstrap, widened by the run-to-run noise when runs have repeats; None: no records)
     cis: list[dict[str, tuple[float, float]] | None] = []
 
 

@@ -14,15 +14,17 @@ from slogate.replay.worker import REPEAT_INDEX_STEP, Item
 from slogate.replay.workload import Workload
 
 if TYPE_CHECKING:
+    from slogate.replay.sim.engine import Probe
     from slogate.replay.sim.records import SimResult
 
 
 def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, model: str | None,
-                stop_on_error: bool = False, stop_when: Callable[[SimResult, float], bool] | None = None
-                ) -> tuple[list[Item], dict[str, float]]:
+                stop_on_error: bool = False, stop_when: Callable[[SimResult, float], bool] | None = None,
+                probe: Probe | None = None) -> tuple[list[Item], dict[str, float]]:
     """Simulate the workload; returns (items, engine stats). Linked turns (session timing) go
     through the sim's dependent-release API: each is sent its think time after its predecessor ended.
-    `stop_when` (open loop only) is the sim's early stop: stats["stopped_at"] is when it fired, else -1."""
+    `stop_when` (open loop only) is the sim's early stop: stats["stopped_at"] is when it fired, else -1.
+    `probe` sees each engine after each step (replay.virtual_samples records the server telemetry)."""
     from slogate.replay.sim.engine import SimRequest, closed_loop, dependent, run_virtual
     from slogate.replay.target import sim_config
     from slogate.replay.workload import root_session
@@ -43,11 +45,11 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
                         [p.think or 0.0 for p in workload.requests], config,
                         group=[groups.setdefault(roots[p.index], len(groups)) for p in workload.requests],
                         join=[[pos[j] for j in p.join if j in pos] if p.join else None for p in workload.requests],
-                        stop_on_error=stop_on_error)
+                        stop_on_error=stop_on_error, probe=probe)
     elif workload.concurrency:  # with --duration the share repeats until then, as a live closed loop does
-        run = closed_loop(reqs, workload.concurrency, config, duration=workload.duration_s)
+        run = closed_loop(reqs, workload.concurrency, config, duration=workload.duration_s, probe=probe)
     else:
-        run = run_virtual(reqs, config, stop_when=stop_when)
+        run = run_virtual(reqs, config, stop_when=stop_when, probe=probe)
     items: list[Item] = []
     repeats = [0] * len(workload.requests)
     for res in run.results:

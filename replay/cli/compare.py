@@ -33,7 +33,7 @@ from slogate.replay.compare import (
     table_metrics,
 )
 from slogate.replay.names import number_repeated_names
-from slogate.replay.repeats import Repeated, combine, group, noise, widen
+from slogate.replay.repeats import HEADLINE, Repeated, combine, group, noise, widen
 from slogate.traces.slo import SloError, parse_slo
 from slogate.traces.usage import UsageError
 
@@ -297,10 +297,6 @@ def print_checks(bounds: Sequence[object], violations: Sequence[Violation]) -> N
         print(f"OK: all {len(bounds)} bound(s) hold")
 
 
-NOISE_ROWS = ("output_tokens_per_s", "goodput_rps", "slo_attainment", "ttft_s.p50", "ttft_s.p99", "tpot_s.p50",
-              "tpot_s.p99", "e2e_s.p99")
-
-
 def repeats_json(reps: Sequence[Repeated], rows: Sequence[str]) -> dict[str, object]:
     """`compare --json --repeat N`: the runs of each side and, per metric, each side's spread."""
     spreads = [noise(r) for r in reps]
@@ -313,5 +309,5 @@ def print_noise(reps: Sequence[Repeated]) -> None:
     print(f"  run-to-run noise over {len(reps[0].repeats)} repeats per side (CV; the Δ% CIs cover it):")
     for rep in reps:
         sp = noise(rep)
-        cells = [f"{k} {sp[k].cv * 100:.1f}%" for k in NOISE_ROWS if k in sp and sp[k].cv is not None]
+        cells = [f"{k} {sp[k].cv * 100:.1f}%" for k in HEADLINE if k in sp and sp[k].cv is not None]
         print(f"    {rep.side.name}: " + ("  ".join(cells) or "–"))

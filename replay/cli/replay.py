@@ -124,7 +124,8 @@ def parser() -> argparse.ArgumentParser:
                    "(ttft=0.5 alone works); repeatable, the first drives goodput")
     s.add_argument("--cost-per-hour", type=float, help="USD/hour of the whole setup → cost per 1M tokens and per 1k requests")
     s.add_argument("--label", action="append", default=[], help="K=V environment label (repeatable): gpu=H100")
-    s.add_argument("--scrape-metrics", nargs="?", const="1", help="sample the target's /metrics every N s (default 1) into DIR/metrics.jsonl")
+    s.add_argument("--scrape-metrics", nargs="?", const="1", help="sample the target's /metrics every N s (default 1) into DIR/metrics.jsonl; "
+                   "--virtual runs always write the simulated engine's state there (every N virtual s, default 1)")
     s.add_argument("--stability", metavar="WINDOW", help="long-run stability: per-WINDOW (1m, 30s) throughput, goodput, "
                    "p99 TTFT and errors, their CV and trend per hour → DIR/stability.json and a verdict line")
     s.add_argument("--stability-cv", type=float, default=0.05, help="largest throughput/goodput CV (and change over "
@@ -303,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_repeats(workload: wl.Workload, options: ReplayOptions, n: int, *, console: bool) -> int:
     """`--repeat N`: the same replay N times, each in OUT/run-K; then the spread of every metric."""
     from slogate.replay.compare import load_side
-    from slogate.replay.repeats import combine, noise
+    from slogate.replay.repeats import HEADLINE, combine, noise
     from slogate.replay.results import write_json
 
     if n < 2:
@@ -321,7 +322,7 @@ def run_repeats(workload: wl.Workload, options: ReplayOptions, n: int, *, consol
     write_json({"n": n, "runs": [f"run-{k}" for k in range(1, n + 1)],
                 "spread": {key: msgspec.to_builtins(sp) for key, sp in spreads.items()}}, out / "repeats.json")
     print(f"run-to-run spread over {n} repeats (mean ± sd, CV):")
-    for key in REPEAT_ROWS:
+    for key in HEADLINE:
         sp = spreads.get(key)
         if sp is not None:
             cv = "–" if sp.cv is None else f"{sp.cv * 100:.1f} %"
@@ -330,8 +331,6 @@ def run_repeats(workload: wl.Workload, options: ReplayOptions, n: int, *, consol
     return 0
 
 
-REPEAT_ROWS = ("output_tokens_per_s", "goodput_rps", "slo_attainment", "ttft_s.p50", "ttft_s.p99", "tpot_s.p50",
-               "tpot_s.p99", "e2e_s.p99")
 
 
 def _stability_window(ns: argparse.Namespace) -> float | None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from slogate.replay.compare import better_direction, deltas, flatten, table_metrics
 from slogate.replay.plan.vs_sweep import lines as vs_sweep_lines
+from slogate.replay.report_repeats import differences_html
 from slogate.replay.report_sessions import sessions_html
 
 if TYPE_CHECKING:
@@ -55,8 +56,8 @@ SECTIONS = (
      "the busiest minute, prompt and output length distributions and prefix reuse. Warm-up requests are excluded "
      "everywhere; the workload line says how the trace was transformed."),
     ("metrics", "Metrics", "Throughput beside goodput (only requests that met the SLO), latency percentiles in ms "
-     "(after the first run: change vs it; bold * = beyond the 95 % bootstrap CI of the change, ~ = within run-to-run "
-     "noise), failures by class, the throughput\u2013latency curve and the server's own telemetry. Every other field "
+     "(after the first run: change vs it; bold * = beyond the 95 % CI of the change, ~ = within the noise; the "
+     "differences table gives each interval, and a `replay --repeat N` directory adds the run-to-run spread), failures by class, the throughput\u2013latency curve and the server's own telemetry. Every other field "
      "is folded under \u201call summary metrics\u201d."),
     ("conclusions", "Conclusions", "Written by rules from the numbers above (capacity with headroom, what binds, "
      "cost, stability, trust); each links to the figure it rests on. conclusions.json beside this file holds the same."),
@@ -240,6 +241,7 @@ def _metrics(data: ReportData, images: dict[str, str | None], note: str | None) 
     lrows = [[esc(r.name)] + [_lat_cell(data, i, f"{m}.{q}") for m, _ in LATENCIES for q in LAT_STATS]
              for i, r in enumerate(data.runs)]
     parts.append('<div id="latency"><h3>Latency percentiles</h3>' + _table(lhead, lrows) + "</div>")
+    parts.append(differences_html(data))  # replay.report_repeats; empty for one run
     classes = sorted({c for r in data.runs for c in r.results.summary.failed_by_class})
     ehead = ["run", "failed"] + [esc(c) for c in classes]
     erows = [[f'<span id="{anchor("errors", r.name)}">{esc(r.name)}</span>', str(r.results.summary.failed)]
@@ -353,7 +355,10 @@ def _timeline(data: ReportData, images: dict[str, str | None], note: str | None)
     if not note and drawn < len(data.runs):
         parts.append(f'<p class="note">timelines drawn for the first {drawn} of {len(data.runs)} runs</p>')
     if any(r.scraped for r in data.runs):
-        parts.append('<p class="meta">the last panel shows the target\'s own metrics scraped during the run (metrics.jsonl)</p>')
+        virtual = any(r.telemetry_source == "sim-virtual" for r in data.runs)
+        parts.append('<p class="meta">the last panel shows the target\'s own metrics scraped during the run (metrics.jsonl)'
+                     + ("; for virtual-time runs, the simulated engine's state sampled in virtual time" if virtual else "")
+                     + "</p>")
     return "".join(parts) or '<p class="note">no runs</p>'
 
 

@@ -77,6 +77,7 @@ class Engine:
         self.busy_time = 0.0
         self.stopped = False
         self.coalesce = True  # virtual clock: run plain decode steps in one go (Scheduler.run_decodes)
+        self.probe: Callable[[Engine, float], None] | None = None  # virtual clock: called after each step at t
         # real clock: writing a big batch's tokens takes a few ms; start the pass half of that
         # early so emission errors centre on zero instead of all being late
         self.lead = 0.0
@@ -181,6 +182,8 @@ class Engine:
                     self.busy_time += t_end - t
                     t = t_end
                     await clock.sleep_until(t)
+                    if self.probe is not None:
+                        self.probe(self, t)
                     continue
             if not sched.schedule(t):
                 head = sched.waiting[0]
@@ -207,6 +210,8 @@ class Engine:
                 await clock.sleep_until(t_end)
                 sched.complete(t_end)
                 t = t_end
+                if self.probe is not None:
+                    self.probe(self, t)
 
     async def _run_fixed(self) -> None:
         """Constant timing: each request gets TTFT then ITL on its own, whatever the load; beyond
@@ -309,9 +314,15 @@ def _finish(results: list[SimResult], reqs: list[SimReq], engines: list[Engine],
     return SimRun(results, stats)
 
 
-def _engines(config: SimConfig) -> tuple[EngineSpec, list[Engine]]:
+Probe = Callable[[Engine, float], None]  # sees each engine after each virtual step (replay.virtual_samples)
+
+
+def _engines(config: SimConfig, probe: Probe | None = None) -> tuple[EngineSpec, list[Engine]]:
     spec = build(config)
-    return spec, [Engine(spec, VirtualClock(), replica=i) for i in range(config.replicas)]
+    engines = [Engine(spec, VirtualClock(), replica=i) for i in range(config.replicas)]
+    for e in engines:
+        e.probe = probe
+    return spec, engines
 
 
 def _too_long(res: SimResult, spec: EngineSpec, engine: Engine) -> bool:
@@ -323,7 +334,7 @@ def _too_long(res: SimResult, spec: EngineSpec, engine: Engine) -> bool:
 
 
 def run_virtual(requests: Sequence[SimRequest], config: SimConfig | None = None, *,
-                stop_when: Callable[[SimResult, float], bool] | None = None) -> SimRun:
+                stop_when: Callable[[SimResult, float], bool] | None = None, probe: Probe | None = None) -> SimRun:
     """Simulate an open-loop workload in virtual time; results in input order plus engine stats.
 
     Early stop: `stop_when(result, t_end)` is called as each request finishes; when it returns True
@@ -331,7 +342,7 @@ def run_virtual(requests: Sequence[SimRequest], config: SimConfig | None = None,
     get `error="aborted"`). With several replicas the engines run one after another."""
     config = config or SimConfig()
     wall = time.perf_counter()
-    spec, engines = _engines(config)
+    spec, engines = _engines(config, probe)
     reqs, results = _plan(requests, config, spec)
     stopped: list[float] = []
 
@@ -362,7 +373,7 @@ def simulate(requests: Sequence[SimRequest], config: SimConfig | None = None) ->
 
 
 def closed_loop(requests: Sequence[SimRequest], concurrency: int, config: SimConfig | None = None, *,
-                duration: float | None = None) -> SimRun:
+                duration: float | None = None, probe: Probe | None = None) -> SimRun:
     """Closed loop: `concurrency` requests in flight; each finish sends the next one at once.
 
     Arrival times in `requests` are ignored (they become the release times). One replica. With
@@ -371,7 +382,7 @@ def closed_loop(requests: Sequence[SimRequest], concurrency: int, config: SimCon
     """
     config = config or SimConfig()
     wall = time.perf_counter()
-    spec, engines = _engines(msgspec.structs.replace(config, replicas=1))
+    spec, engines = _engines(msgspec.structs.replace(config, replicas=1), probe)
     engine = engines[0]
     rng = random.Random(config.seed)
     reqs: list[SimReq] = []
@@ -402,7 +413,8 @@ def closed_loop(requests: Sequence[SimRequest], concurrency: int, config: SimCon
 
 def dependent(requests: Sequence[SimRequest], after: Sequence[int | None], delay: Sequence[float],
               config: SimConfig | None = None, *, group: Sequence[int] | None = None,
-              join: Sequence[Sequence[int] | None] | None = None, stop_on_error: bool = False) -> SimRun:
+              join: Sequence[Sequence[int] | None] | None = None, stop_on_error: bool = False,
+              probe: Probe | None = None) -> SimRun:
     """Sessions: request i with `after[i] = j` arrives `delay[i]` virtual seconds after request j
     finished (its last token, or its failure); with `after[i] = None` at its own arrival. `join[i]`
     lists more requests it waits for (delay counted from the last of them to finish). Arrival
@@ -412,7 +424,7 @@ def dependent(requests: Sequence[SimRequest], after: Sequence[int | None], delay
     (`SimResult.index` = position in `requests`; results in release order)."""
     config = config or SimConfig()
     wall = time.perf_counter()
-    spec, engines = _engines(config)
+    spec, engines = _engines(config, probe)
     rng = random.Random(config.seed)
     followers: dict[int, list[int]] = {}
     waiting: dict[int, int] = {}  # request → predecessors not finished yet

@@ -1,15 +1,20 @@
-"""Fault injection: per-request faults (header `x-slogate-fault` or seeded config rates) and engine-wide
-windows (dead, slow start, slowdown). Parsing and decisions only; the server carries them out.
+"""Fault injection: per-request faults (header `x-slogate-fault` or seeded config rates), engine-wide
+windows (dead, slow start, slowdown) and the test fault `leak=MB_PER_S` (`Leak`: the process really
+holds that much more memory every second). Parsing and decisions only (and the leak, which has
+nothing to decide); the server carries them out.
 
 Header / --fault syntax: comma-separated `key[=value]`, e.g. `error=500`, `error_after=5`,
 `reset_after=5`, `stall_ms=2000,stall_after=3`, `hang`, `delay_ms=200`. Config adds rates
 (`error_rate=0.1`, `reset_rate`, `stall_rate`, `hang_rate`, `error_after_rate`, `delay_rate`) and
-windows in seconds from start: `dead=10:20`, `slow_start=5`, `slowdown=30:60:3` (factor 3).
+windows in seconds from start: `dead=10:20`, `slow_start=5`, `slowdown=30:60:3` (factor 3), and
+`leak=20` (a test fault: 20 MB more resident memory per second per replica, never freed until exit).
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
+import time
 
 import msgspec
 
@@ -55,6 +60,7 @@ class FaultConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dead: list[tuple[float, float]] = []  # engine dead: in-flight requests fail, new ones get 503
     slow_start_s: float = 0.0  # /health and LLM endpoints answer 503 until then
     slowdown: list[tuple[float, float, float]] = []  # (start, end, factor) step-time multiplier
+    leak_mb_per_s: float = 0.0  # test fault: resident memory grows this many MB per second (Leak)
     seed: int = 0
 
     def sample(self, rng: random.Random) -> RequestFault | None:
@@ -86,6 +92,31 @@ class FaultConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             if a <= t < b:
                 return factor
         return 1.0
+
+
+class Leak:
+    """The test fault `leak=MB_PER_S`: holds `mb_per_s` more megabytes every second from `run()` on, in
+    touched pages (so the resident set really grows, as a leaking server's would) until cancelled."""
+
+    STEP_S = 0.1
+
+    def __init__(self, mb_per_s: float) -> None:
+        self.bytes_per_s = mb_per_s * 1e6
+        self.held: list[bytes] = []
+        self.total = 0
+
+    def grow_to(self, elapsed_s: float) -> None:
+        """Hold `elapsed_s` × the rate bytes in all (catches up after a late wake-up)."""
+        missing = int(elapsed_s * self.bytes_per_s) - self.total
+        if missing > 0:
+            self.held.append(b"\x01" * missing)  # bytes * n writes every byte: the pages are resident
+            self.total += missing
+
+    async def run(self) -> None:
+        start = time.perf_counter()
+        while True:
+            await asyncio.sleep(self.STEP_S)
+            self.grow_to(time.perf_counter() - start)
 
 
 _INT_KEYS = {"error", "error_after", "error_status", "reset_after", "stall_after"}
@@ -130,7 +161,7 @@ def parse_fault_config(specs: list[str], base: FaultConfig | None = None) -> Fau
             except (ValueError, TypeError):
                 raise UsageError(
                     f"bad --fault {k}{'' if v is None else '=' + v}; examples: error_rate=0.1, error=500, "
-                    "reset_after=5, stall_ms=2000, hang_rate=0.01, dead=10:20, slow_start=5, slowdown=30:60:3"
+                    "reset_after=5, stall_ms=2000, hang_rate=0.01, dead=10:20, slow_start=5, slowdown=30:60:3, leak=20"
                 ) from None
     return cfg
 
@@ -142,6 +173,11 @@ def _apply(cfg: FaultConfig, k: str, v: str | None) -> None:
     elif k == "slowdown" and v:
         a, b, f = (float(x) for x in v.split(":"))
         cfg.slowdown = [*cfg.slowdown, (a, b, f)]
+    elif k in ("leak", "leak_mb_per_s") and v:
+        rate = float(v)
+        if not rate >= 0:
+            raise ValueError(k)
+        cfg.leak_mb_per_s = rate
     elif k in ("slow_start", "slow_start_s") and v:
         cfg.slow_start_s = float(v)
     elif k == "error" and v:

@@ -1,5 +1,6 @@
 """The simulator's /metrics: vLLM's metric names (the engine gauges and counters from
-traces.engine_metrics), labels and buckets, rendered only on scrape.
+traces.engine_metrics), labels and buckets, plus prometheus_client's process metrics (resident
+memory, as a real server exports them), rendered only on scrape.
 
 The hot path bumps plain ints (`ServerStats`, `Histogram.observe`); the collector turns them
 into Prometheus families when scraped. Nothing here runs per token beyond a bisect and two adds.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from slogate.traces import engine_metrics as em
@@ -98,10 +99,14 @@ class SimCollector:
         yield c
 
 
-def make_registry(*collectors: object) -> CollectorRegistry:
+def make_registry(*collectors: object, process: bool = True) -> CollectorRegistry:
+    """A registry of `collectors` plus, with `process`, `process_resident_memory_bytes` and the other
+    process_* series of this process (the stability verdict's server memory)."""
     reg = CollectorRegistry(auto_describe=False)
     for collector in collectors:
         reg.register(collector)  # type: ignore[arg-type]
+    if process:
+        ProcessCollector(registry=reg)
     return reg
 
 

@@ -19,7 +19,7 @@ from slogate.replay.sim import protocol, tokenizer
 from slogate.replay.sim.clock import RealClock
 from slogate.replay.sim.config import EngineSpec, output_length
 from slogate.replay.sim.engine import Engine
-from slogate.replay.sim.faults import HEADER, FaultConfig, RequestFault, parse_request_fault
+from slogate.replay.sim.faults import HEADER, FaultConfig, Leak, RequestFault, parse_request_fault
 from slogate.replay.sim.gcpace import GcPacer
 from slogate.replay.sim.prefix import hash_pieces
 from slogate.replay.sim.prom import ServerStats, SimCollector, make_registry, render
@@ -105,6 +105,8 @@ class Replica:
         self.tasks.append(asyncio.create_task(self.engine.run()))
         if self.faults.dead:
             self.tasks.append(asyncio.create_task(self._dead_windows()))
+        if self.faults.leak_mb_per_s:  # test fault: the process's memory grows (faults.Leak)
+            self.tasks.append(asyncio.create_task(Leak(self.faults.leak_mb_per_s).run()))
 
     async def stop(self) -> None:
         self.closing.set()

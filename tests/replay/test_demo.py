@@ -135,6 +135,25 @@ def test_demo_report_states_capacity_replicas_and_cost(demo: tuple[Path, str, fl
     assert not console_errors(res.stderr), console_errors(res.stderr)
 
 
+def test_demo_says_what_binds_from_the_sims_telemetry(demo: tuple[Path, str, float]) -> None:
+    """Virtual-time runs record the simulated engine's queue, running batch and KV usage (metrics.jsonl,
+    `source` sim-virtual); "what binds" rests on the most loaded sweep point's samples and says so."""
+    out, _, _ = demo
+    sweep = load_sweep(out / "sweep-a100-80g" / "sweep.json")
+    top = max(sweep.points, key=lambda p: p.x)
+    lines = [json.loads(x) for x in (out / "sweep-a100-80g" / top.dir / "metrics.jsonl").read_text().splitlines()]
+    assert lines and all(x["source"] == "sim-virtual" for x in lines)
+    assert max(x["metrics"]["waiting"] for x in lines) > 0  # past the capacity requests queue
+    conclusions = json.loads((out / "conclusions.json").read_text())["conclusions"]
+    (binding,) = [c for c in conclusions if c["topic"] == "binding"]
+    v = binding["values"]
+    assert v["telemetry_source"] == "sim-virtual" and binding["run"].endswith(f"speed={top.x:g}"), binding
+    assert v["limit"] in ("kv_capacity", "scheduler:max_num_seqs", "prefill_compute", "decode_bandwidth")
+    assert v["waiting"] == max(x["metrics"]["waiting"] for x in lines) and v["limit"] != "decode_bandwidth"
+    assert "server telemetry from the simulated engine, sampled in virtual time" in binding["text"]
+    assert "client view" not in binding["text"]
+
+
 def test_demo_price_and_sweep_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert slogate(["demo", "--out", str(tmp_path / "o"), "--price", "a100-80g"]) == 2
     assert "bad --price 'a100-80g'" in capsys.readouterr().err

@@ -83,7 +83,15 @@ def test_report_opens_in_chromium_with_every_section(dirs: dict[str, Path], tmp_
     cost = next(c for c in concl["conclusions"] if c["topic"] == "cost")
     assert "per million good output tokens" in cost["text"] and "$4/hour" in cost["text"]
     binding = next(c for c in concl["conclusions"] if c["topic"] == "binding")
-    assert binding["figure"] == "telemetry-http"  # the scraped run
+    top = max(sweep.points, key=lambda p: p.x)  # the most loaded run: its virtual-time engine samples
+    assert binding["run"] == f"sweep rate={top.x:g}" and binding["values"]["telemetry_source"] == "sim-virtual"
+    assert binding["values"]["limit"] == "scheduler:max_num_seqs", binding["text"]  # 4 seats, past the capacity
+    assert binding["figure"] == f"telemetry-sweep-rate-{top.x:g}" and 'id="' + binding["figure"] + '"' in html
+    assert slogate(["report", str(dirs["http"]), "-o", str(tmp_path / "http.html"), "--no-plots"]) == 0
+    alone = json.loads((tmp_path / "conclusions.json").read_text())["conclusions"]
+    binding = next(c for c in alone if c["topic"] == "binding")
+    assert binding["figure"] == "telemetry-http" and binding["values"]["telemetry_source"] == "scrape"
+    assert "scraped from /metrics during the run" in binding["text"]
 
     for width, height, name in ((1280, 5000, "report.png"), (390, 3000, "report-phone.png")):
         shot = tmp_path / name

@@ -71,7 +71,7 @@ def test_live_window_and_scraped_kv_on_a_slowdown(trace: Path, tmp_path: Path, c
     kv = [w["kv_cache_usage"] for w in st["windows"]]
     assert all(v is not None and 0 < v <= 1 for v in kv), kv
     assert st["kv_cache_usage"]["mean"] == pytest.approx(sum(kv) / len(kv))
-    assert "KV-cache usage" in st["verdict"] and st["resident_memory"] is None  # the sim exposes no process memory
+    assert "KV-cache usage" in st["verdict"] and "server memory" in st["verdict"]  # the sim exports its process memory
 
 
 def _steady(n_s: int = 10) -> list[RequestRecord]:
@@ -125,3 +125,23 @@ def test_bad_window_is_one_line_exit_2(trace: Path, tmp_path: Path, capsys: pyte
     assert slogate([*args, "--stability", "1s", "--stability-cv", "5"]) == 2
     assert "--stability-cv" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()  # rejected before the run
+
+
+@pytest.mark.parametrize("leak", [0, 25])
+def test_server_memory_from_the_sims_metrics(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             leak: int) -> None:
+    """The sim exports `process_resident_memory_bytes` (prometheus_client's process collector); the replay's
+    scraper reads it and the verdict judges its growth. With the test fault `leak=25` (25 MB more resident
+    memory every second, really allocated) the run is unstable for that reason; without it, memory is stable."""
+    target = TARGET + (f"&fault=leak={leak}" if leak else "")
+    st, _ = run(trace, tmp_path / f"leak{leak}", target, capsys, extra=("--scrape-metrics", "0.2"))
+    mem = [w["resident_memory_bytes"] for w in st["windows"]]
+    assert len(mem) == 6 and all(m is not None and m > 10e6 for m in mem), mem
+    assert st["resident_memory"] is not None and "server memory" in st["verdict"]
+    grew = [r for r in st["reasons"] if r.startswith("server memory grew +")]
+    if leak:
+        assert mem[-1] - mem[0] > 0.5 * leak * 1e6 * 5, mem  # ≈ 25 MB/s over the 5 s between the first and last window
+        assert grew and st["stable"] is False and st["resident_memory"]["change"] > 0.05, st["verdict"]
+    else:
+        assert not grew and abs(st["resident_memory"]["change"]) < 0.05, st["verdict"]
+        assert not any("memory" in r for r in st["reasons"])  # memory-wise stable (1 s p99 windows may jitter)

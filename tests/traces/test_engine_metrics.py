@@ -34,6 +34,7 @@ def _sim_page(*engines: tuple[int, int, float, int, int, int]) -> bytes:
 def test_the_sims_page_is_read_by_both_scrapers() -> None:
     page = _sim_page((3, 7, 0.2, 11, 100, 40), (1, 1, 0.6, 1, 50, 10))
     got = parse_metrics(page.decode())
+    assert got.pop("resident_memory_bytes") > 0  # prometheus_client's process collector: the sim process's memory
     assert got == {"running": 4, "waiting": 8, "kv_cache_usage": pytest.approx(0.4), "preemptions_total": 12,
                    "prefix_cache_queries_total": 150, "prefix_cache_hits_total": 50}
     assert parse_engine_load(page) == (8.0, pytest.approx(0.4))  # the gateway: waiting summed, usage the mean
