@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from slogate.gateway.routing.router import Router
 from slogate.gateway.routing.upstreams import UpstreamSpec, parse_upstream
@@ -21,10 +21,13 @@ from slogate.gateway.upstream import Upstream
 from slogate.traces.usage import UsageError
 
 if TYPE_CHECKING:
-    from slogate.gateway.epp.server import Picker
     from slogate.gateway.server import Gateway
 
 log = logging.getLogger("slogate.epp")
+
+
+class Picker(Protocol):
+    empty: bool  # no endpoint: the EPP answers 503
 
 
 def endpoint_url(text: str) -> str:
