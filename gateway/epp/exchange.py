@@ -29,7 +29,7 @@ from slogate.traces.request_info import MEASURED_ENDPOINTS, RequestInfo, request
 _USAGE_ENDPOINTS = frozenset({"/v1/chat/completions", "/v1/completions"})  # stream_options exists there
 _NO_ENDPOINT = orjson.dumps({"error": {"message": "the endpoint picker has no endpoint for this pool",
                                        "type": "service_unavailable", "param": None, "code": "no_endpoint"}})
-Responses = list[m.ProcessingResponse]
+Responses = list[bytes]  # encoded ProcessingResponse messages
 
 
 class Parts(Protocol):
@@ -71,29 +71,30 @@ class EppExchange:
         self.ttft: float | None = None
         self.tpot: float | None = None
 
-    async def on_message(self, req: m.ProcessingRequest) -> Responses:
+    async def on_message(self, req: m.Incoming) -> Responses:
         t = perf_counter_ns()
         try:
             return await self._dispatch(req, t)
         finally:
             self.busy_ns += perf_counter_ns() - t
 
-    async def _dispatch(self, req: m.ProcessingRequest, t: int) -> Responses:
-        if req.response_body is not None:  # the hot path: one per response chunk
-            return self._response_body(req.response_body.body, req.response_body.end_of_stream, t)
-        if req.request_headers is not None:
-            return await self._request_headers(req.request_headers, t)
-        if req.request_body is not None:
-            self.body.append(req.request_body.body)
-            if not req.request_body.end_of_stream:
+    async def _dispatch(self, req: m.Incoming, t: int) -> Responses:
+        kind = req.kind
+        if kind == "response_body":  # the hot path: one per response chunk
+            return self._response_body(req.body, req.end_of_stream, t)
+        if kind == "request_headers":
+            return await self._request_headers(req, t)
+        if kind == "request_body":
+            self.body.append(req.body)
+            if not req.end_of_stream:
                 return []
             return await self._route(t, body_end=True)
-        if req.response_headers is not None:
-            return self._response_headers(req.response_headers, t)
-        if req.request_trailers is not None:  # the body ended with trailers: route now
-            out = await self._route(t, body_end=False) if self.lease is None and self.route is None else []
+        if kind == "response_headers":
+            return self._response_headers(req, t)
+        if kind == "request_trailers":  # the body ended with trailers: route now
+            out = await self._route(t, body_end=False) if self.route is None else []
             return [*out, m.request_trailers()]
-        if req.response_trailers is not None:
+        if kind == "response_trailers":
             tail = self.obs.flush() if self.obs is not None else b""
             out = [m.response_body(tail, False)] if tail else []
             self.record(t, None)
@@ -101,9 +102,9 @@ class EppExchange:
         return []
 
     # ------------------------------------------------------------------ the request: pick an endpoint
-    async def _request_headers(self, msg: Any, t: int) -> Responses:
+    async def _request_headers(self, msg: m.Incoming, t: int) -> Responses:
         self.t0 = t
-        self.headers = m.header_dict(msg.headers)
+        self.headers = msg.headers or {}
         self.path = self.headers.get(":path", "/").split("?", 1)[0]
         if msg.end_of_stream:  # no body (GET /v1/models, ...): route on the headers alone
             return await self._route(t, body_end=None)
@@ -161,8 +162,8 @@ class EppExchange:
         assemble.hand_off(self.parts.recorder, record, None)
 
     # ------------------------------------------------------------------ the response: observe it
-    def _response_headers(self, msg: Any, t: int) -> Responses:
-        headers = m.header_dict(msg.headers)
+    def _response_headers(self, msg: m.Incoming, t: int) -> Responses:
+        headers = msg.headers or {}
         try:
             self.status = status = int(headers.get(":status", "0"))
         except ValueError:

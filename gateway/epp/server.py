@@ -43,8 +43,8 @@ class Picker:
     def router(self) -> Router:  # the gateway's, replaced when the endpoints file changes
         return self.gateway.router
 
-    async def process(self, requests: AsyncIterator[m.ProcessingRequest],
-                      context: grpc.aio.ServicerContext) -> AsyncIterator[m.ProcessingResponse]:
+    async def process(self, requests: AsyncIterator[m.Incoming],
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         ex = EppExchange(self, inject_usage=self.inject, priority_header=self.priority_header)
         self.active += 1
         try:
@@ -57,7 +57,7 @@ class Picker:
 
     def handler(self) -> grpc.GenericRpcHandler:
         method = grpc.stream_stream_rpc_method_handler(
-            self.process, request_deserializer=m.decode, response_serializer=m.encode)
+            self.process, request_deserializer=m.decode, response_serializer=None)  # answers are encoded already
         return grpc.method_handlers_generic_handler(m.SERVICE, {m.METHOD: method})
 
 
