@@ -54,8 +54,8 @@ class EndpointsFile:
         self.gateway = gateway
         self.picker = picker
         self.interval = interval
-        self.current = [s.url for s in gateway.router.states] if not picker.empty else []
         self._mtime = self._stat()
+        self.current = read_endpoints(path)  # as the CLI read it at startup
         self._task: asyncio.Task | None = None
 
     def _stat(self) -> float | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -278,3 +279,29 @@ def test_cli_usage_errors_are_one_line():
     help_text = subprocess.run([*SLOGATE, "epp", "--help"], capture_output=True, text=True, timeout=60).stdout
     assert "--endpoints-file" in help_text and "examples:" in help_text
 
+
+
+def test_endpoints_file_is_re_read_when_it_changes(tmp_path: Path):
+    """--endpoints-file: a changed list replaces the router's endpoints within a second or two (the
+    counters stay), an empty one makes the EPP answer 503, a bad one is logged and not applied."""
+    with start_sim(**FAST) as a, start_sim(**FAST) as b:
+        path = tmp_path / "endpoints"
+        name_a, name_b = a.url.removeprefix("http://"), b.url.removeprefix("http://")
+        path.write_text(f"# the pool\n{name_a}\n")
+        with envoy_epp([], tmp_path, "--endpoints-file", str(path), "--health-interval", "0.3") as (envoy, epp):
+            names = lambda: [u["name"] for u in get_json(epp.url + "/slogate/status")["routing"]["upstreams"]]  # noqa: E731
+            assert names() == [name_a]
+            assert _concurrently(envoy.url, 2, 4, width=1) == [200, 200]
+            path.write_text(f"{name_a}\n{name_b}\n")
+            assert wait_for(lambda: names() == [name_a, name_b], timeout=10)
+            assert _concurrently(envoy.url, 4, 4, width=2) == [200] * 4
+            decided = metric_samples(epp.url)
+            assert metric_sum(decided, "slogate_routing_decisions_total", upstream=name_a) >= 2  # kept across the change
+            path.write_text("")
+            assert wait_for(lambda: _concurrently(envoy.url, 1, 4, width=1) == [503], timeout=10)
+            path.write_text(f"{name_b}#weight=oops\n")  # a bad line: logged, the previous list stays
+            time.sleep(1.5)  # one poll interval (nothing observable changes: that is the point)
+            assert _concurrently(envoy.url, 1, 4, width=1) == [503]
+            path.write_text(f"{name_b}\n")
+            assert wait_for(lambda: names() == [name_b], timeout=10)
+            assert _concurrently(envoy.url, 2, 4, width=1) == [200, 200]
