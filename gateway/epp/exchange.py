@@ -29,6 +29,10 @@ from slogate.traces.request_info import MEASURED_ENDPOINTS, RequestInfo, request
 _USAGE_ENDPOINTS = frozenset({"/v1/chat/completions", "/v1/completions"})  # stream_options exists there
 _NO_ENDPOINT = orjson.dumps({"error": {"message": "the endpoint picker has no endpoint for this pool",
                                        "type": "service_unavailable", "param": None, "code": "no_endpoint"}})
+# Envoy's router adds this header to every response an endpoint sent; its local replies (it could not
+# connect, or the endpoint reset before the head) lack it, and their body names the reason.
+_UPSTREAM_TIME = "x-envoy-upstream-service-time"
+_CONNECT_FAILURE = b"connection failure"
 Responses = list[bytes]  # encoded ProcessingResponse messages
 
 
@@ -44,8 +48,9 @@ class Parts(Protocol):
 class EppExchange:
     """State of one ext_proc stream (see the module docstring)."""
 
-    __slots__ = ("body", "busy_ns", "headers", "info", "inject", "lease", "obs", "outcome", "parsed", "parts",
-                 "path", "priority_header", "route", "router", "seen", "sse_answer", "status", "strip", "t0", "t_last", "tpot", "ttft")
+    __slots__ = ("body", "busy_ns", "headers", "info", "inject", "lease", "local_error", "obs", "outcome", "parsed",
+                 "parts", "path", "priority_header", "route", "router", "seen", "sse_answer", "status", "strip", "t0",
+                 "t_last", "tpot", "ttft")
 
     def __init__(self, parts: Parts, *, inject_usage: bool, priority_header: str) -> None:
         self.parts = parts
@@ -65,6 +70,7 @@ class EppExchange:
         self.lease: Lease | None = None
         self.obs: StreamObserver | None = None
         self.status = 0
+        self.local_error: ErrorClass | None = None  # Envoy answered itself: it could not reach the endpoint
         self.sse_answer: bool | None = None  # the 2xx answer was an event stream (None: no 2xx answer)
         self.seen = 0  # output chunks already drawn from the lease
         self.outcome = OTHER
@@ -173,6 +179,8 @@ class EppExchange:
         encoded = headers.get("content-encoding", "identity").lower() not in ("identity", "")
         strip = self.strip and is_sse and not encoded
         self.strip = strip
+        if status >= 500 and _UPSTREAM_TIME not in headers:  # Envoy's own reply: no endpoint answered
+            self.local_error = "reset"  # made "connect" when its body names a connection failure
         info = self.info
         if info is not None:
             self.obs = StreamObserver(self.t0, stream=is_sse and not encoded, endpoint=info.endpoint,
@@ -180,11 +188,13 @@ class EppExchange:
             self.sse_answer = is_sse if 200 <= status < 300 else None
         out = [m.response_headers(remove=["content-length"] if strip else ())]
         if msg.end_of_stream:
-            self.record(t, None)
+            self.record(t, self.local_error)
         return out
 
     def _response_body(self, data: bytes, end: bool, t: int) -> Responses:
         self.t_last = t
+        if self.local_error is not None and _CONNECT_FAILURE in data:
+            self.local_error = "connect"
         obs = self.obs
         if obs is not None:
             done_before = obs.done
@@ -200,7 +210,7 @@ class EppExchange:
                 if tail:
                     data += tail
         if end:
-            self.record(t, None)
+            self.record(t, self.local_error)
         return [m.response_body(data, end)]
 
     # ------------------------------------------------------------------ the end: one record

@@ -35,7 +35,7 @@ from tests.gateway.fixtures_gateway import (
     trace_records,
     wait_for,
 )
-from tests.servers import SLOGATE, Server
+from tests.servers import SLOGATE, Server, free_port
 from tests.simserver import start_sim
 
 pytest.importorskip("grpc")
@@ -305,3 +305,18 @@ def test_endpoints_file_is_re_read_when_it_changes(tmp_path: Path):
             path.write_text(f"{name_b}\n")
             assert wait_for(lambda: names() == [name_b], timeout=10)
             assert _concurrently(envoy.url, 2, 4, width=1) == [200, 200]
+
+
+def test_an_endpoint_envoy_cannot_reach_is_recorded_as_connect_and_ejected_at_once(tmp_path: Path):
+    """Envoy's own 503 (no x-envoy-upstream-service-time, "connection failure" in its body) is the
+    gateway's `connect` class, and one of them ejects the endpoint (health checks off: passive only)."""
+    with start_sim(**FAST) as live:
+        dead = f"127.0.0.1:{free_port()}"
+        names = [live.url.removeprefix("http://"), dead]
+        with envoy_epp(names, tmp_path, "--health-interval", "0", "--policy", "round-robin") as (envoy, epp):
+            statuses = _concurrently(envoy.url, 8, 3, width=1)
+            status = get_json(epp.url + "/slogate/status")
+            samples = metric_samples(epp.url)
+    assert statuses.count(503) == 1 and statuses.count(200) == 7, statuses
+    assert status["windows"]["5m"]["errors_by_class"] == {"connect": 1}
+    assert metric_sum(samples, "slogate_ejections_total", upstream=dead, reason="connect_error") == 1
