@@ -224,7 +224,7 @@ def _assert_buckets_match(samples: dict, name: str, exact: list[float]) -> None:
 
 def test_metrics_status_and_capture_agree(fleet: Fleet):
     """The one-truth rule (tests/test_one_truth.py) on the EPP: same counts, good counts, classes and
-    TTFT/TPOT/E2E percentiles in /slogate/status, /metrics and the trace it captured."""
+    TTFT/TPOT/E2E percentiles in /slogate/status, /metrics, the trace it captured and `slogate trace stats`."""
     status = get_json(fleet.admin + "/slogate/status")
     n = status["requests_total"]
     assert n >= len(CALLS)
@@ -241,10 +241,15 @@ def test_metrics_status_and_capture_agree(fleet: Fleet):
     good = sum(is_good(r, slo) for r in records)
     assert status["slos"]["fast"]["good_requests"] == good == metric_sum(samples, "slogate_good_requests_total",
                                                                          slo="fast")
+    stats = orjson.loads(subprocess.run([*SLOGATE, "trace", "stats", str(fleet.trace_dir), "--json", "--slo", SLO],
+                                        capture_output=True, text=True, timeout=120, check=True).stdout)["summary"]
+    assert stats["requests"] == n and stats["failed_by_class"] == status["errors_by_class"]
+    assert int(stats["goodput_by_slo"]["fast"]["good_requests"]) == good
     for key in ("ttft", "tpot", "e2e"):
         dist = getattr(expected, f"{key}_s")
         for stat in ("count", "p50", "p90", "p99"):
             assert status[key][stat] == pytest.approx(getattr(dist, stat), rel=1e-9), (key, stat)
+            assert stats[f"{key}_s"][stat] == pytest.approx(getattr(dist, stat), rel=1e-9), (key, stat)
     assert metric_sum(samples, "gen_ai_server_time_to_first_token_seconds_count") == expected.ttft_s.count
     _assert_buckets_match(samples, "gen_ai_server_time_to_first_token_seconds", [r.ttft for r in ok if r.ttft])
     assert metric_sum(samples, "slogate_output_tokens_total") == sum(r.output_tokens or 0 for r in records)
