@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 from pathlib import Path
@@ -31,9 +32,23 @@ class Picker(Protocol):
 
 
 def endpoint_url(text: str) -> str:
-    """`10.0.0.5:8000` → `http://10.0.0.5:8000` (a URL passes through, its `#options` kept)."""
+    """`10.0.0.5:8000` → `http://10.0.0.5:8000` (a URL passes through, its `#options` kept).
+
+    Envoy's ORIGINAL_DST cluster connects to the header's value as it is: it must be an IP address
+    and a port (a host name is not resolved), so anything else is a UsageError naming the value."""
     text = text.strip()
-    return text if "://" in text else "http://" + text
+    url = text if "://" in text else "http://" + text
+    authority = url.split("://", 1)[1].split("/", 1)[0].split("#", 1)[0]
+    host, sep, port = (authority if "]" not in authority.rpartition(":")[2] else "").rpartition(":")  # an explicit port
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        ok = bool(sep) and port.isdigit() and 0 < int(port) < 65536
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UsageError(f"endpoint {text!r}: expected IP:PORT (e.g. 10.0.0.5:8000, [fd00::5]:8000); "
+                         "Envoy routes to the address as given, so no host names")
+    return url
 
 
 def read_endpoints(path: str | Path) -> list[str]:

@@ -281,6 +281,9 @@ def test_cli_usage_errors_are_one_line():
     out = subprocess.run([*SLOGATE, "epp", "--endpoint", "10.0.0.1:80", "--workers", "2"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--workers" in out.stderr
+    for bad in ("127.0.0.1:80x", "llm-0.svc:8000", "10.0.0.1"):
+        out = subprocess.run([*SLOGATE, "epp", "--endpoint", bad], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1 and repr(bad) in out.stderr, out.stderr
     help_text = subprocess.run([*SLOGATE, "epp", "--help"], capture_output=True, text=True, timeout=60).stdout
     assert "--endpoints-file" in help_text and "examples:" in help_text
 
