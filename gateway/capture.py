@@ -1,9 +1,12 @@
 """Capture: the bridge from finished requests to the trace writer thread (`traces.writer`).
 
-The hot path only decides sampling (seeded RNG) and appends to a list; every 50 ms the batch goes
+The hot path only decides sampling and appends to a list; every 50 ms the batch goes
 to `TraceWriter.submit` (a `put_nowait` on a bounded queue), so the writer thread wakes once per
 batch, not once per request. Canonical prompt bytes and prefix hashing run in the writer thread.
-A full queue drops and counts the record; capture never delays a response or logs prompt content.
+Sampling keeps whole sessions: by a keyed digest of the session key here, or, for prefix-derived
+sessions, in the writer thread once the session is known (`gateway.sessions`); requests without a
+session by a seeded RNG. A full queue drops and counts the record; capture never delays a response
+or logs prompt content.
 Lost records (disk full, writer errors, full queue) log one warning per episode, with the path and
 reason, and one line when writes succeed again; in between only the counters move.
 """
@@ -17,7 +20,7 @@ import time
 from typing import Any
 
 from slogate.gateway.config import GatewayConfig
-from slogate.gateway.sessions import SessionDeriver, key_of, parse_sources
+from slogate.gateway.sessions import SessionDeriver, keeps, key_of, parse_sources, sampled_in_writer
 from slogate.traces.anonymize import PrefixHasher, SaltError, load_salt
 from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.request_info import prompt_bytes
@@ -42,10 +45,12 @@ class Capture:
             raise UsageError(f"gateway.trace.salt_file (--trace-salt-file): {exc}") from None
         hasher = PrefixHasher(salt)
         del salt
+        self._hasher = hasher
         self.session_sources = parse_sources(trace.session_from)
         self.session_header = trace.session_header if "header" in self.session_sources else None
         sessions = SessionDeriver(hasher, sources=self.session_sources, window_s=trace.session_window,
-                                  run_id=f"{start_unix:.6f}") if self.session_sources else None
+                                  run_id=f"{start_unix:.6f}", sample=trace.sample,
+                                  seed=trace.seed) if self.session_sources else None
         header = TraceHeader(
             start_unix=start_unix,
             slos=dict(cfg.slos),
@@ -67,9 +72,10 @@ class Capture:
         )
         self.sample = trace.sample
         self.keep_chunk_times = trace.chunk_times
+        self._seed = trace.seed
         self._rng = random.Random(trace.seed)
         self.start_ns = start_ns
-        self.sampled_out = 0
+        self.sampled_here = 0  # sampled out before the writer (keyed sessions, requests without a session)
         self.dropped_here = 0  # batch full (the writer's queue size bounds the batch too)
         self._limit = trace.queue_size
         self._batch: list[tuple[RequestRecord, Any, str | None]] = []
@@ -90,28 +96,43 @@ class Capture:
     def submit(self, record: RequestRecord, body: Any, session_header: str | None = None) -> None:
         """Queue one finished record for the writer, with the decoded request body (for hashing) and
         the value of the `--session-header` header, if sent."""
-        if self.sample < 1.0 and self._rng.random() >= self.sample:
-            self.sampled_out += 1
+        key = key_of(body, session_header, self.session_sources) if self.session_sources else None
+        if self.sample < 1.0 and not self._sampled_in(record, body, key):
+            self.sampled_here += 1
             return
         if not self.keep_chunk_times:
             record.chunk_times = None
         if self._loop is None:
-            self._submit(record, body, session_header)
+            self._submit(record, body, key)
             return
         batch = self._batch
         if len(batch) >= self._limit:
             self.dropped_here += 1
             return
-        batch.append((record, body, session_header))
+        batch.append((record, body, key))
         if self._handle is None:
             self._handle = self._loop.call_later(BATCH_S, self.hand_over)
+
+    def _sampled_in(self, record: RequestRecord, body: Any, key: bytes | None) -> bool:
+        """--trace-sample below 1: a keyed session by its key; a request that may continue a prefix
+        session goes on (the writer decides once its session is known); any other by the RNG."""
+        if key is not None:
+            return keeps(self._hasher, self.sample, self._seed, key)
+        if sampled_in_writer(self.session_sources, key, body, record.endpoint):
+            return True
+        return self._rng.random() < self.sample
+
+    @property
+    def sampled_out(self) -> int:
+        """Records not written because of --trace-sample (here and in the writer thread)."""
+        return self.sampled_here + self.writer.sampled_out
 
     def hand_over(self) -> None:
         """Give the pending batch to the writer thread (it drains the queue in one wake-up)."""
         self._handle = None
         batch, self._batch = self._batch, []
-        for record, body, value in batch:
-            self._submit(record, body, value)
+        for record, body, key in batch:
+            self._submit(record, body, key)
         self.watch()
         if self._watch_handle is None and self._loop is not None:
             self._watch_handle = self._loop.call_later(WATCH_S, self._watch_timer)
@@ -138,9 +159,9 @@ class Capture:
         if self._episode_lost and self._loop is not None:  # keep looking until the episode ends
             self._watch_handle = self._loop.call_later(WATCH_S, self._watch_timer)
 
-    def _submit(self, record: RequestRecord, body: Any, session_header: str | None) -> None:
+    def _submit(self, record: RequestRecord, body: Any, key: bytes | None) -> None:
         self.writer.submit(record, prompt=(lambda: prompt_bytes(body)) if isinstance(body, dict) else None,
-                           session_key=key_of(body, session_header, self.session_sources))
+                           session_key=key)
 
     def counts(self) -> tuple[int, int]:
         """(written, dropped): dropped includes a full queue/batch and records lost to disk errors."""

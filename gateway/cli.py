@@ -19,7 +19,7 @@ from slogate.traces.usage import UsageError
 
 EXAMPLES = """\
 examples:
-  # one upstream, metrics and status on the same port
+  # one upstream; metrics and status on 127.0.0.1:8081 (the admin listener: the proxy port + 1)
   slogate gateway --listen 0.0.0.0:8080 --upstream http://127.0.0.1:8000
 
   # SLOs for goodput, a separate admin port, capture 10% of requests to a trace
@@ -35,8 +35,9 @@ examples:
   # everything from a file, one flag overridden
   slogate gateway --config slogate.toml --idle-timeout 30
 
-  curl localhost:8080/metrics          # Prometheus text (or on --admin-listen)
-  curl localhost:8080/slogate/status   # 1 min / 5 min windows: rates, goodput, percentiles
+  curl localhost:8081/metrics          # Prometheus text, on the admin listener (--admin-listen)
+  curl localhost:8081/slogate/status   # 1 min / 5 min windows: rates, goodput, percentiles
+  curl localhost:8080/readyz           # probes also answer on the proxy port
 """
 
 
@@ -66,13 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--upstream", metavar="URL", action="append", dest="upstreams",
                    help="upstream server base URL, optionally URL#pool=NAME,weight=N,name=LABEL,models=a|b; "
                    "repeat for several (balanced by --policy)")
-    p.add_argument("--admin-listen", metavar="HOST:PORT",
-                   help="serve /metrics and /slogate/status here instead of on --listen")
+    p.add_argument("--admin-listen", metavar="HOST:PORT|auto|proxy",
+                   help="/metrics and /slogate/status (and /healthz, /readyz) here; default auto: 127.0.0.1 on the "
+                   "--listen port + 1, never public; 'proxy': on the --listen port beside the proxied paths "
+                   "(exposes them to every client). /healthz and /readyz always answer on --listen too")
     p.add_argument("--slo", metavar="NAME:SPEC", action="append", dest="slos",
                    help="SLO for goodput, e.g. interactive:ttft=0.5,tpot=50ms,e2e=30 (repeatable)")
     p.add_argument("--no-inject-usage", dest="inject_usage", action="store_false", default=None,
                    help="do not add stream_options.include_usage to streams that lack it")
     p.add_argument("--max-body-bytes", type=int, metavar="N", help="larger request bodies get 413 (default 32 MiB)")
+    p.add_argument("--max-inflight-body-bytes", type=int, metavar="N",
+                   help="request-body bytes buffered at once over all clients; a body beyond it gets 503 "
+                   "(default 256 MiB; per worker with --workers)")
     p.add_argument("--max-connections", type=int, dest="max_connections_per_upstream", metavar="N",
                    help="connection pool size per upstream (default 1024)")
     p.add_argument("--trust-header-from", metavar="CIDR", action="append",
@@ -82,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="/readyz answers 503 once every request failed upstream-side this long (default 30)")
     p.add_argument("--workers", metavar="N",
                    help='worker processes accepting on --listen (SO_REUSEPORT) under one supervisor; "auto": '
-                   "one per core; needs --admin-listen (default 1)")
+                   "one per core; the supervisor serves the merged admin endpoints (not with --admin-listen proxy) (default 1)")
     p.add_argument("--shutdown-grace", type=_duration, metavar="SECONDS",
                    help="on SIGTERM, wait this long for in-flight streams (default 30)")
     t = p.add_argument_group("timeouts (seconds, or with a unit: 500ms, 2s)")
@@ -104,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the open-files limit less a reserve)")
     c = p.add_argument_group("trace capture")
     c.add_argument("--trace-dir", metavar="DIR", help="write anonymized trace segments here")
-    c.add_argument("--trace-sample", type=float, metavar="FRACTION", help="fraction of requests captured (default 1)")
+    c.add_argument("--trace-sample", type=float, metavar="FRACTION", help="fraction of requests captured, whole sessions kept or dropped (default 1)")
     c.add_argument("--trace-seed", type=int, metavar="N", help="seed of the sampling RNG")
     c.add_argument("--trace-salt-file", metavar="FILE",
                    help="secret salt for prefix hashes (created 0600 when missing; SLOGATE_TRACE_SALT wins)")
@@ -169,6 +175,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "upstreams": args.upstreams,
         "inject_usage": args.inject_usage,
         "max_body_bytes": args.max_body_bytes,
+        "max_inflight_body_bytes": args.max_inflight_body_bytes,
         "max_connections_per_upstream": args.max_connections_per_upstream,
         "shutdown_grace": args.shutdown_grace,
         "workers": None if args.workers is None else (int(args.workers) if args.workers.isdigit() else args.workers),

@@ -66,12 +66,15 @@ class TokensConfig(msgspec.Struct, forbid_unknown_fields=True):
 
 class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
     listen: str = "0.0.0.0:8080"
-    admin_listen: str | None = None  # /metrics and /slogate/status here instead of on `listen`
+    # /metrics, /slogate/status (and the probes): "auto" = 127.0.0.1:<listen port + 1>, "HOST:PORT", or "proxy"
+    # (on `listen` beside the proxied paths: the opt-in to expose them on the public port)
+    admin_listen: str = "auto"
     upstreams: list[str] = []  # URL or URL#pool=NAME,weight=N,name=LABEL (gateway/routing/upstreams.py)
     upstream: list[UpstreamSpec] = []  # [[upstream]] tables: url, name, pool, weight, models, limits
     slos: dict[str, str] = {}  # name -> "ttft=0.5,tpot=50ms"
     inject_usage: bool = True
     max_body_bytes: int = 32 << 20
+    max_inflight_body_bytes: int = 256 << 20  # request-body bytes buffered at once; beyond it 503 (gateway/body_budget.py)
     shutdown_grace: float = 30.0
     workers: int | str = 1  # worker processes on one port (gateway/workers.py); "auto": one per core
     unready_after_errors: float = 30.0  # /readyz 503 once the upstream answered only failures this long
@@ -97,12 +100,14 @@ class GatewayConfig(msgspec.Struct, forbid_unknown_fields=True):
 # What a value must look like, per key (used in error messages).
 _HINTS: dict[str, str] = {
     "listen": 'a "HOST:PORT" address, e.g. "0.0.0.0:8080"',
-    "admin_listen": 'a "HOST:PORT" address, e.g. "127.0.0.1:9090"',
+    "admin_listen": '"auto" (127.0.0.1, the listen port + 1), "proxy" (on listen) or a "HOST:PORT" address, '
+                    'e.g. "127.0.0.1:9090"',
     "upstreams": 'a list of URLs, e.g. ["http://127.0.0.1:8000", "http://10.0.0.2:8000#pool=long,weight=2"]',
     "upstream": 'tables [[upstream]] with url = "http://..." and optional name, pool, weight, models',
     "slos": 'a table NAME = "ttft=0.5,tpot=50ms,e2e=30"',
     "inject_usage": "true or false",
     "max_body_bytes": "a positive integer (bytes)",
+    "max_inflight_body_bytes": "a positive integer (bytes), at least max_body_bytes",
     "shutdown_grace": "a non-negative number of seconds",
     "workers": 'a positive integer or "auto" (one per core)',
     "unready_after_errors": "a positive number of seconds",
@@ -151,6 +156,7 @@ FLAGS: dict[str, str] = {
     "slos": "--slo",
     "inject_usage": "--no-inject-usage",
     "max_body_bytes": "--max-body-bytes",
+    "max_inflight_body_bytes": "--max-inflight-body-bytes",
     "shutdown_grace": "--shutdown-grace",
     "workers": "--workers",
     "unready_after_errors": "--unready-after-errors",
@@ -309,6 +315,8 @@ def _check(cfg: GatewayConfig) -> None:
     for key in ("max_body_bytes", "max_connections_per_upstream", "max_model_labels", "expected_output_tokens"):
         if getattr(cfg, key) <= 0:
             raise _bad(key, getattr(cfg, key))
+    if cfg.max_inflight_body_bytes < cfg.max_body_bytes:  # else a body the limit allows could never fit
+        raise _bad("max_inflight_body_bytes", cfg.max_inflight_body_bytes)
     if not cfg.client.body_min_rate > 0:
         raise _bad("client.body_min_rate", cfg.client.body_min_rate)
     if cfg.client.max_connections < 0:
@@ -321,8 +329,7 @@ def _check(cfg: GatewayConfig) -> None:
     _check_sessions(cfg.trace)
     trusted_networks(cfg.trust_header_from)
     parse_hostport(cfg.listen, key="listen")
-    if cfg.admin_listen is not None:
-        parse_hostport(cfg.admin_listen, key="admin_listen")
+    admin_address(cfg)
     if not cfg.upstreams and not cfg.upstream:
         raise UsageError("gateway.upstreams (--upstream): give at least one upstream URL, e.g. --upstream http://127.0.0.1:8000")
     for url in cfg.upstreams:
@@ -333,9 +340,10 @@ def _check(cfg: GatewayConfig) -> None:
         raise _bad("tokens.template", cfg.tokens.template, ", ".join(TEMPLATES))
     check_routing(cfg.routing, upstream_specs(cfg))
     _check_ecosystem(cfg)
-    if worker_count(cfg) > 1 and cfg.admin_listen is None:
-        raise UsageError(f"gateway.workers (--workers) = {cfg.workers!r} needs admin_listen (--admin-listen HOST:PORT): "
-                         "the supervisor serves the merged /metrics and /slogate/status there")
+    if worker_count(cfg) > 1 and cfg.admin_listen == ADMIN_ON_PROXY:
+        raise UsageError(f"gateway.workers (--workers) = {cfg.workers!r} needs its own admin_listen (--admin-listen "
+                         "auto or HOST:PORT, not proxy): the supervisor serves the merged /metrics and "
+                         "/slogate/status there")
 
 
 def worker_count(cfg: GatewayConfig) -> int:
@@ -388,6 +396,22 @@ def trusted_networks(cidrs: list[str]) -> list[ipaddress.IPv4Network | ipaddress
         except ValueError:
             raise _bad("trust_header_from", cidr, 'CIDR networks such as "10.0.0.0/8" or "::1/128"') from None
     return out
+
+
+ADMIN_ON_PROXY = "proxy"
+
+
+def admin_address(cfg: GatewayConfig) -> tuple[str, int] | None:
+    """Where the admin endpoints listen: (host, port), or None for "proxy" (on `listen`).
+    "auto" is loopback only, on the proxy port + 1, so /metrics is never public unless asked."""
+    if cfg.admin_listen == ADMIN_ON_PROXY:
+        return None
+    if cfg.admin_listen == "auto":
+        port = parse_hostport(cfg.listen, key="listen")[1] + 1
+        if port > 65535:
+            raise _bad("admin_listen", cfg.admin_listen, 'a "HOST:PORT" address: listen is on port 65535')
+        return "127.0.0.1", port
+    return parse_hostport(cfg.admin_listen, key="admin_listen")
 
 
 def parse_hostport(text: str, *, key: str) -> tuple[str, int]:

@@ -17,7 +17,7 @@ from typing import Any, Protocol, cast
 from slogate.gateway import assemble
 from slogate.gateway.errors import json_error, status_of
 from slogate.gateway.failures import end_late
-from slogate.gateway.headers import forward_request_headers, forward_response_headers
+from slogate.gateway.headers import forward_request_fields, forward_response_fields
 from slogate.gateway.http_server import ClientRequest
 from slogate.gateway.overhead import Overhead
 from slogate.gateway.recorder import Recorder
@@ -36,6 +36,7 @@ from slogate.traces.request_info import RequestInfo
 log = logging.getLogger("slogate.gateway")
 
 _SMALL_BODY = 1 << 20  # non-streamed responses up to this size are relayed in one write
+_SPLIT_BODY = 1 << 16  # request bodies from this size go to the upstream in their own write
 
 # gateway.upstream raises these codes (UpstreamError.code); their error class. One small table so the
 # connection layer can switch to ErrorClass names later (a code already in ERROR_CLASSES passes through).
@@ -128,14 +129,18 @@ class Exchange:
     # ------------------------------------------------------------------ attempts over upstreams
     async def _attempts(self, wd: Watchdog) -> None:
         request = self.request
-        headers = forward_request_headers(request.headers, injected=self.strip).items()
+        headers = forward_request_fields(request.headers, injected=self.strip)
         overhead = self.overhead
         while True:  # one pass per attempt; another only while nothing went to the client
             up = self.upstream
-            data = request_bytes(request.method, up.prefix + request.raw_path, up.host_header, headers, self.body)
+            body = self.body
+            split = len(body) >= _SPLIT_BODY  # a large body is written after its head, never copied into it
+            data = request_bytes(request.method, up.prefix + request.raw_path, up.host_header, headers, body,
+                                 head_only=split)
             wd.waiting_first_byte(overhead.wait_start())
             try:
-                self.conn, head = await up.exchange(data, no_body=request.method == "HEAD")
+                self.conn, head = await up.exchange(data, no_body=request.method == "HEAD",
+                                                    body=body if split else b"")
             except asyncio.CancelledError:
                 return self._cancelled_early(wd)
             except UpstreamError as exc:
@@ -149,6 +154,9 @@ class Exchange:
             if head.status == 503 and self._retry(HTTP_503):  # overloaded or draining: try another upstream
                 continue
             break
+        del body, data
+        self.body = b""
+        request.release_body()  # the upstream has it: its bytes go back to the in-flight budget
         wd.streaming(t_head)
         await self._respond(self.conn, head, wd)
 
@@ -166,11 +174,10 @@ class Exchange:
     async def _respond(self, conn: UpstreamConn, head: Head, wd: Watchdog) -> None:
         status = head.status
         self.status = status
-        headers = head.headers
         ok = 200 <= status < 300
-        self.sse = headers.get("Content-Type", "").startswith("text/event-stream")
+        self.sse = head.content_type.startswith(b"text/event-stream")
         is_sse = ok and self.sse
-        encoded = headers.get("Content-Encoding", "identity").lower() not in ("identity", "")
+        encoded = head.content_encoding not in (b"identity", b"")
         strip = self.strip and is_sse and not encoded
         if self.info is not None:
             self.obs = StreamObserver(
@@ -182,7 +189,7 @@ class Exchange:
         if not is_sse and length is not None and length <= _SMALL_BODY and not head_only:
             return await self._respond_small(conn, head, wd)
         keep_length = length is not None and not strip  # else chunked toward the client (HTTP/1.1)
-        self.client.start(status, head.reason, forward_response_headers(headers, drop_length=True).items(),
+        self.client.start(status, head.raw_reason, forward_response_fields(head, drop_length=True),
                           length=length if keep_length else None)
         self.stream = Stream(conn, self.obs, self.lease, wd, self.overhead, self.client, self._end_in_place)
         await self._stream(self.stream, wd, status)
@@ -204,8 +211,7 @@ class Exchange:
         if self.obs is not None and data:
             self.obs.feed(data, t_end)
         self.record(t_end, head.status, None)
-        self.client.reply_raw(head.status, head.reason, forward_response_headers(head.headers, drop_length=True).items(),
-                              data)
+        self.client.reply_raw(head.status, head.raw_reason, forward_response_fields(head, drop_length=True), data)
 
     def _end_in_place(self, data: bytes, t: int) -> None:
         """The upstream body ended with this piece (called from the upstream read): record the request,

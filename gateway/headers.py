@@ -6,9 +6,9 @@ or logs header values beyond `Connection`; they may hold API keys.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
 
-from multidict import CIMultiDict
+from slogate.traces.http1 import Head
 
 # RFC 9110 §7.6.1 connection-specific fields, plus the pre-standard Proxy-Connection.
 HOP_BY_HOP = frozenset({
@@ -20,33 +20,66 @@ _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "expect"}
 _REQUEST_DROP_INJECTED = _REQUEST_DROP | {"accept-encoding"}
 
 
-def _drop_set(headers: Any, base: frozenset[str]) -> frozenset[str]:
-    """Hop-by-hop names plus any listed in the Connection header."""
-    conn = headers.get("Connection")
-    if not conn:
-        return base
-    return base | {t.strip().lower() for t in conn.split(",") if t.strip()}
-
-
-def forward_request_headers(headers: Any, *, injected: bool = False) -> CIMultiDict[str]:
-    drop = _drop_set(headers, _REQUEST_DROP_INJECTED if injected else _REQUEST_DROP)
-    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in drop)
-
-
 CONTROL_PREFIX = "x-slogate-"  # slogate's own request controls (priority, the simulator's faults)
+_CONTROL_PREFIX_B = CONTROL_PREFIX.encode()
+_REQUEST_DROP_B = frozenset(n.encode() for n in _REQUEST_DROP)
+_REQUEST_DROP_INJECTED_B = frozenset(n.encode() for n in _REQUEST_DROP_INJECTED)
 
 
-def has_control_headers(headers: Any) -> bool:
-    return any(k[:10].lower() == CONTROL_PREFIX for k in headers)
+class RequestFields:
+    """A request's header fields as received, `(lowercased name, name, value)` bytes each: forwarded
+    as bytes (never decoded and re-encoded), looked up case-insensitively (values decoded latin-1)."""
+
+    __slots__ = ("control", "fields")
+
+    def __init__(self, fields: list[tuple[bytes, bytes, bytes]]) -> None:
+        self.fields = fields
+        self.control = any(k[:10] == _CONTROL_PREFIX_B for k, _, _ in fields)  # any x-slogate-* field
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        key = name.lower().encode("latin-1")
+        for k, _, v in self.fields:
+            if k == key:
+                return v.decode("latin-1")
+        return default
+
+    def getall(self, name: str) -> list[str]:
+        key = name.lower().encode("latin-1")
+        return [v.decode("latin-1") for k, _, v in self.fields if k == key]
+
+    def items(self) -> list[tuple[str, str]]:
+        return [(n.decode("latin-1"), v.decode("latin-1")) for _, n, v in self.fields]
+
+    def __iter__(self) -> Iterator[str]:
+        return (n.decode("latin-1") for _, n, _ in self.fields)
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def without_control(self) -> RequestFields:
+        """These fields minus every `x-slogate-*` one (from a client not trusted to send them)."""
+        return RequestFields([f for f in self.fields if f[0][:10] != _CONTROL_PREFIX_B])
 
 
-def without_control_headers(headers: Any) -> CIMultiDict[str]:
-    """`headers` minus every `x-slogate-*` one (from a client not trusted to send them)."""
-    return CIMultiDict((k, v) for k, v in headers.items() if k[:10].lower() != CONTROL_PREFIX)
+def forward_request_fields(headers: RequestFields, *, injected: bool = False) -> bytes:
+    """The field lines the gateway sends upstream (bytes as received), minus hop-by-hop ones, Host,
+    Content-Length and Expect (written by the gateway), any named in Connection, and Accept-Encoding
+    when the gateway injected include_usage (it must read the stream)."""
+    drop = _REQUEST_DROP_INJECTED_B if injected else _REQUEST_DROP_B
+    conn = headers.get("Connection")
+    if conn:
+        drop = drop | {t.strip().lower().encode("latin-1") for t in conn.split(",") if t.strip()}
+    return b"".join([b"%s: %s\r\n" % (name, value) for key, name, value in headers.fields if key not in drop])
 
 
-def forward_response_headers(headers: Any, *, drop_length: bool) -> CIMultiDict[str]:
-    drop = _drop_set(headers, HOP_BY_HOP)
-    if drop_length:
-        drop = drop | {"content-length"}
-    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in drop)
+_HOP_BY_HOP_B = frozenset(n.encode() for n in HOP_BY_HOP)
+_RESPONSE_DROP_LENGTH = _HOP_BY_HOP_B | {b"content-length"}
+
+
+def forward_response_fields(head: Head, *, drop_length: bool) -> bytes:
+    """The upstream's response field lines as received (bytes unchanged), minus the hop-by-hop ones
+    (and Content-Length, which the gateway writes itself)."""
+    return head.forward_fields(_RESPONSE_DROP_LENGTH if drop_length else _HOP_BY_HOP_B)

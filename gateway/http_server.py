@@ -19,21 +19,26 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from email.utils import formatdate
 from time import perf_counter_ns
+from typing import TYPE_CHECKING
 
 import httptools
 import msgspec
-from multidict import CIMultiDict
 
 from slogate.gateway.client_limits import BUSY, REJECT, ClientLimits
+from slogate.gateway.headers import RequestFields
+
+if TYPE_CHECKING:
+    from slogate.gateway.body_budget import BodyBudget
 
 log = logging.getLogger("slogate.gateway")
 
 Handler = Callable[["ClientRequest"], Awaitable[None]]
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large",
-            429: "Too Many Requests", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
-            501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+_REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed", 413: b"Payload Too Large",
+            429: b"Too Many Requests", 431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
+            501: b"Not Implemented", 502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
 MAX_HEAD_BYTES = 1 << 16  # request line + headers; larger gets 431
+BIG_BODY = 1 << 20  # a body this large (by Content-Length) is read into one preallocated buffer: held once
 
 
 def _refusal(status: str, message: str, code: int) -> bytes:
@@ -83,8 +88,8 @@ class _Date:
 def reply_bytes(status: int, body: bytes, *, content_type: str = "application/json",
                 headers: Iterable[tuple[str, str]] = (), close: bool = False, head_only: bool = False) -> bytes:
     """A whole response with Content-Length (the gateway's own answers: errors, admin endpoints)."""
-    head = _head(status, "", [("Content-Type", content_type), ("Content-Length", str(len(body))),
-                              ("Date", _Date.now()), *headers], close)
+    head = _head(status, b"", encode_fields([("Content-Type", content_type), ("Content-Length", str(len(body))),
+                                             ("Date", _Date.now()), *headers]), close)
     return head + b"\r\n" if head_only else head + b"\r\n" + body
 
 
@@ -101,10 +106,10 @@ class Reply(msgspec.Struct, frozen=True, gc=False):
 class ClientRequest:
     """One parsed request (head and whole body) and the connection to answer on."""
 
-    __slots__ = ("body", "conn", "headers", "keep_alive", "method", "path", "raw_path", "t0", "t_body",
-                 "too_large", "version")
+    __slots__ = ("body", "conn", "headers", "held", "keep_alive", "method", "path", "raw_path", "refused", "t0",
+                 "t_body", "too_large", "version")
 
-    def __init__(self, conn: ClientConn, method: str, raw_path: str, headers: CIMultiDict[str], version: str,
+    def __init__(self, conn: ClientConn, method: str, raw_path: str, headers: RequestFields, version: str,
                  t0: int) -> None:
         self.conn = conn
         self.method = method
@@ -118,6 +123,16 @@ class ClientRequest:
         self.body = b""
         self.keep_alive = True
         self.too_large: int | None = None  # the body exceeded the limit: its announced length, or -1
+        self.refused = False  # the body did not fit the in-flight body budget (answered 503, never read)
+        self.held = 0  # body bytes taken from the connection's BodyBudget (given back by release_body)
+
+    def release_body(self) -> None:
+        """The body is no longer needed (the upstream has it, or the request ended): drop it and give
+        its bytes back to the budget."""
+        self.body = b""
+        if self.held:
+            self.conn.budget.give(self.held)  # type: ignore[union-attr]
+            self.held = 0
 
     @property
     def content_length(self) -> int | None:
@@ -133,6 +148,7 @@ class ClientConn(asyncio.Protocol):
     """One client connection: parse, dispatch one request at a time, write the response."""
 
     limits: ClientLimits | None = None  # set on the proxy port's subclass
+    budget: BodyBudget | None = None  # the proxy port's in-flight body budget (gateway.body_budget)
     handler: Handler
     max_body: int
     registry: set[ClientConn]  # the port's open connections (shutdown drains them)
@@ -150,6 +166,7 @@ class ClientConn(asyncio.Protocol):
         self._head_bytes = 0
         self._body: list[bytes] = []
         self._body_len = 0
+        self._big: bytearray | None = None  # the preallocated buffer of a BIG_BODY request
         self._task: asyncio.Task | None = None  # the handler of the request being answered
         self.current: ClientRequest | None = None
         self.closing = False
@@ -194,7 +211,11 @@ class ClientConn(asyncio.Protocol):
         task = self._task
         if task is not None and not task.done():
             task.cancel()  # the client left: the relay records it and aborts the upstream
+        for req in (self._req, *self._queue):  # bodies never handed to the handler
+            if req is not None:
+                req.release_body()
         self._queue.clear()
+        self._big = None
         fut = self._drain
         if fut is not None and not fut.done():
             fut.set_exception(ConnectionResetError("client disconnected"))
@@ -255,10 +276,10 @@ class ClientConn(asyncio.Protocol):
         t0 = perf_counter_ns()
         parser = self._parser
         try:
-            headers = CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in self._headers)
             target = b"".join(self._url).decode("ascii")
         except UnicodeDecodeError:
             raise httptools.HttpParserError("non-ASCII request target") from None
+        headers = RequestFields([(k.lower(), k, v) for k, v in self._headers])
         req = ClientRequest(self, parser.get_method().decode("ascii"), target, headers,
                             parser.get_http_version(), t0)
         req.keep_alive = parser.should_keep_alive()
@@ -270,8 +291,18 @@ class ClientConn(asyncio.Protocol):
         length = req.content_length
         if length is not None and length > self.max_body:
             req.too_large = length  # answered at once; the unread body closes the connection
+            if self.budget is not None:
+                self.budget.too_large()
             self._stop_reading_for(req)
             return
+        if length and self.budget is not None:
+            if not self.budget.take(length):
+                req.refused = True  # answered 503 at once; the unread body closes the connection
+                self._stop_reading_for(req)
+                return
+            req.held = length
+            if length >= BIG_BODY:
+                self._big = bytearray(length)
         expect = headers.get("Expect")
         if expect is not None and expect.lower() == "100-continue" and req.version == "1.1" \
                 and self.current is None and not self._queue:
@@ -281,11 +312,24 @@ class ClientConn(asyncio.Protocol):
         req = self._req
         if req is None:
             return
-        self._body_len += len(body)
+        n = len(body)
+        self._body_len += n
         if self._body_len > self.max_body:
             req.too_large = -1
+            if self.budget is not None:
+                self.budget.too_large()
             self._stop_reading_for(req)
             return
+        big = self._big
+        if big is not None:
+            big[self._body_len - n:self._body_len] = body
+            return
+        if self._body_len > req.held and self.budget is not None:  # chunked: taken as it arrives
+            if not self.budget.take(self._body_len - req.held):
+                req.refused = True
+                self._stop_reading_for(req)
+                return
+            req.held = self._body_len
         self._body.append(body)
 
     def on_message_complete(self) -> None:
@@ -295,7 +339,10 @@ class ClientConn(asyncio.Protocol):
         self._req = None
         self.in_body = False
         body = self._body
-        req.body = body[0] if len(body) == 1 else b"".join(body)
+        if self._big is not None:
+            req.body, self._big = self._big, None
+        else:
+            req.body = body[0] if len(body) == 1 else b"".join(body)
         req.t_body = perf_counter_ns()
         self._body = []
         self._enqueue(req)
@@ -345,6 +392,9 @@ class ClientConn(asyncio.Protocol):
             log.exception("handling a request failed")
             self._abort()
             return
+        finally:
+            if req.held:
+                req.release_body()
         self._done()
 
     def _done(self) -> None:
@@ -412,20 +462,21 @@ class ClientConn(asyncio.Protocol):
         if not self.closing and self.transport is not None:
             self.transport.write(data)
 
-    def reply_raw(self, status: int, reason: str, headers: Iterable[tuple[str, str]], body: bytes) -> None:
-        """A relayed whole response: the upstream's headers (hop-by-hop removed) and its body."""
+    def reply_raw(self, status: int, reason: bytes, fields: bytes, body: bytes) -> None:
+        """A relayed whole response: the upstream's field lines (hop-by-hop removed, as bytes) and its body."""
         req = self.current
-        head = _head(status, reason, headers, self._close_after)
+        head = _head(status, reason, fields, self._close_after)
         head += b"Content-Length: %d\r\n\r\n" % len(body)
         self.started = self.ended = True
         if not self.closing and self.transport is not None:
             self.transport.write(head if req is not None and req.method == "HEAD" else head + body)
 
-    def start(self, status: int, reason: str, headers: Iterable[tuple[str, str]], *, length: int | None) -> None:
+    def start(self, status: int, reason: bytes, fields: bytes, *, length: int | None) -> None:
         """A streamed response: the head is written with the first body piece (or at the end).
-        `length`: the upstream's Content-Length when it is kept; else chunked (HTTP/1.1) or close-delimited."""
+        `fields`: encoded field lines; `length`: the upstream's Content-Length when it is kept; else
+        chunked (HTTP/1.1) or close-delimited."""
         req = self.current
-        head = _head(status, reason, headers, False)
+        head = _head(status, reason, fields, False)
         if req is not None and req.method == "HEAD":
             if length is not None:
                 head += b"Content-Length: %d\r\n" % length
@@ -496,19 +547,22 @@ class ClientConn(asyncio.Protocol):
         self._abort()
 
 
-def _head(status: int, reason: str, headers: Iterable[tuple[str, str]], close: bool) -> bytes:
-    lines = [b"HTTP/1.1 %d %s\r\n" % (status, (reason or _REASONS.get(status, "Unknown")).encode("latin-1"))]
-    for k, v in headers:
-        lines.append(b"%s: %s\r\n" % (k.encode("latin-1"), v.encode("latin-1")))
-    if close:
-        lines.append(b"Connection: close\r\n")
-    return b"".join(lines)
+def _head(status: int, reason: bytes, fields: bytes, close: bool) -> bytes:
+    """Status line and field lines (without the blank line); `reason` b"": the standard phrase."""
+    return b"HTTP/1.1 %d %s\r\n%b%s" % (status, reason or _REASONS.get(status, b"Unknown"), fields,
+                                        b"Connection: close\r\n" if close else b"")
 
 
-def protocol_factory(handler: Handler, *, max_body: int, limits: ClientLimits | None) -> type[ClientConn]:
-    """A ClientConn subclass bound to one port's handler, body limit and client limits."""
+def encode_fields(headers: Iterable[tuple[str, str]]) -> bytes:
+    """`name: value\r\n` lines of the gateway's own headers (latin-1, as HTTP/1.1 field bytes)."""
+    return b"".join([b"%s: %s\r\n" % (k.encode("latin-1"), v.encode("latin-1")) for k, v in headers])
+
+
+def protocol_factory(handler: Handler, *, max_body: int, limits: ClientLimits | None,
+                     budget: BodyBudget | None = None) -> type[ClientConn]:
+    """A ClientConn subclass bound to one port's handler, body limit, client limits and body budget."""
     return type("BoundClientConn", (ClientConn,), {"handler": staticmethod(handler), "max_body": max_body,
-                                                   "limits": limits, "registry": set()})
+                                                   "limits": limits, "budget": budget, "registry": set()})
 
 
 async def start_server(factory: type[ClientConn], host: str, port: int, *, backlog: int = 4096,

@@ -85,6 +85,9 @@ class LiveMetrics:
         self.requests: dict[tuple[str, ...], int] = {}
         self.slo_names = list(slo_names)
         self.good_requests: dict[str, int] = dict.fromkeys(self.slo_names, 0)
+        # The attainment denominator per SLO: every measured request, counted in the same call as the
+        # good ones, so good/judged is exactly 1 when all are good (no rate() extrapolation mismatch).
+        self.slo_requests: dict[str, int] = dict.fromkeys(self.slo_names, 0)
         self.good_output_tokens: dict[str, int] = dict.fromkeys(self.slo_names, 0)
         self.output_tokens: dict[tuple[str, ...], int] = {}
         self.input_tokens: dict[tuple[str, ...], int] = {}
@@ -167,6 +170,7 @@ class LiveMetrics:
             self.tokens.get((*labels, "output")).observe(out)
             self.output_tokens[labels] = self.output_tokens.get(labels, 0) + out
         for name, good in zip(self.slo_names, goods, strict=True):
+            self.slo_requests[name] += 1
             if good:
                 self.good_requests[name] += 1
                 self.good_output_tokens[name] += out or 0
@@ -196,6 +200,8 @@ class MetricsCollector(Collector):
         yield fam
         for name, doc, values in (
             ("slogate_good_requests", "Requests that met the SLO (goodput numerator).", m.good_requests),
+            ("slogate_slo_requests", "Requests judged against the SLO: every measured request (attainment denominator).",
+             m.slo_requests),
             ("slogate_good_output_tokens", "Output tokens of requests that met the SLO.", m.good_output_tokens),
         ):
             fam = CounterMetricFamily(name, doc, labels=["slo"])

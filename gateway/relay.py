@@ -44,6 +44,8 @@ class Relay:
         self.max_body = cfg.max_body_bytes
         self.inject_usage = cfg.inject_usage
         self.priority_header = cfg.routing.priority_header
+        # the decoded body outlives routing only for the trace's prefix hashes or the tokenizer
+        self.keep_parsed = recorder.capture is not None or recorder.tokens is not None
         self.stopping = False  # set on SIGTERM
         self.active: set[Watchdog] = set()  # one per request in flight (ended at the grace deadline)
 
@@ -67,6 +69,7 @@ class Relay:
             info = request_info(path, parsed)
             if info.stream and not info.include_usage and self.inject_usage and path in _USAGE_ENDPOINTS:
                 send = with_usage_requested(parsed)
+                request.body = body = b""  # the rewritten body replaces it: held once
                 strip = True
         router = self.router
         priority = parse_priority(request.headers.get(self.priority_header)) if router.admission else 0
@@ -80,7 +83,10 @@ class Relay:
             self._record_unsent(t0, info, 499, "shutdown" if self.stopping else "client_disconnect",
                                 route.pool, route.queue_s)
             raise
-        await Exchange(self, request, route, lease, info, parsed, send, strip, t0, t_body).run()
+        exchange = Exchange(self, request, route, lease, info, parsed if self.keep_parsed else None, send, strip,
+                            t0, t_body)
+        del body, send, parsed  # the exchange holds the body until the upstream has it, then drops it
+        await exchange.run()
 
     def _record_unsent(self, t0: int, info: RequestInfo | None, status: int, error: ErrorClass, pool: str | None,
                        queue_s: float | None) -> None:

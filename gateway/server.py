@@ -1,9 +1,10 @@
 """Accept: the gateway process — listeners, startup, admin endpoints and graceful shutdown.
 
 Builds the parts (upstream connection pools, router, relay, live metrics, status window, capture), serves
-the proxy on `listen` and `/metrics` + `/slogate/status` on `admin_listen` (or on `listen` when no
-admin address is given). SIGTERM/SIGINT: stop accepting, let in-flight streams finish within
-`shutdown_grace`, then close the pools and flush the trace. Never handles a request body itself.
+the proxy on `listen` (with `/healthz`, `/readyz`) and `/metrics` + `/slogate/status` on `admin_listen`
+(default 127.0.0.1 on the proxy port + 1; on `listen` only with `admin_listen = "proxy"`).
+SIGTERM/SIGINT: stop accepting, let in-flight streams finish within `shutdown_grace`, then close the
+pools and flush the trace. Never handles a request body itself.
 """
 
 from __future__ import annotations
@@ -21,17 +22,18 @@ import msgspec
 import orjson
 
 from slogate.gateway import http_server
+from slogate.gateway.body_budget import BodyBudget
 from slogate.gateway.capture import Capture, perf_epoch
 from slogate.gateway.client_limits import ClientLimits, connection_cap
 from slogate.gateway.config import (
     GatewayConfig,
+    admin_address,
     known_models,
     parse_hostport,
     parse_slos,
     trusted_networks,
     upstream_specs,
 )
-from slogate.gateway.headers import has_control_headers, without_control_headers
 from slogate.gateway.http_server import ClientConn, ClientRequest, Reply
 from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render, watch_loop_lag
 from slogate.gateway.model_list import watch_models
@@ -89,6 +91,8 @@ class Gateway:
         self.registry = make_registry(MetricsCollector(self.metrics, self._inflight, self.recorder.trace_counts))
         self.routing_collector = self.router.collector()  # kept: the EPP re-points it when its endpoints change
         self.registry.register(self.routing_collector)
+        self.body_budget = BodyBudget(cfg.max_inflight_body_bytes)  # the proxy port's (gateway.body_budget)
+        self.registry.register(self.body_budget.collector())
         if cfg.otel:  # the same families over OTLP (gateway/otel_metrics.py); a lifecycle sink: the recorder
             self.sinks.append(_otel_metrics(self.registry, self.start_unix))  # holds its own tuple, never calls it
         self.admin: dict[str, Endpoint] = {
@@ -142,14 +146,18 @@ class Gateway:
         admin = self.admin if with_admin else {"/healthz": self.healthz, "/readyz": self.readyz}
         relay = self.relay.handle
         trusted = trusted_networks(self.cfg.trust_header_from)
+        # a body over the budget: 503, and the connection closes (its body is left unread)
+        refusal = Reply(503, self.body_budget.refusal_body(), headers=(("Retry-After", "1"),), close=True)
 
         async def handle(request: ClientRequest) -> None:
+            if request.refused:
+                return request.conn.reply(refusal)
             if request.method == "GET":
                 endpoint = admin.get(request.path)
                 if endpoint is not None:
                     return request.conn.reply(await endpoint())
-            if has_control_headers(request.headers) and not _trusted(request.remote, trusted):
-                request.headers = without_control_headers(request.headers)
+            if request.headers.control and not _trusted(request.remote, trusted):
+                request.headers = request.headers.without_control()
             await relay(request)
 
         return handle
@@ -266,19 +274,21 @@ async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None, role: 
     grace: asyncio.TimerHandle | None = None
     try:
         host, port = parse_hostport(cfg.listen, key="listen")
-        proxy = http_server.protocol_factory(gateway.proxy_handler(with_admin=cfg.admin_listen is None),
-                                             max_body=cfg.max_body_bytes, limits=limits)
-        listener = await http_server.start_server(proxy, host, port, reuse_port=role is not None)
-        servers.append((listener, proxy.registry))
+        admin_at = admin_address(cfg)  # None: on the proxy port (--admin-listen proxy)
+        proxy = http_server.protocol_factory(gateway.proxy_handler(with_admin=admin_at is None),
+                                             max_body=cfg.max_body_bytes, limits=limits, budget=gateway.body_budget)
         if role is not None:  # the supervisor serves admin_listen and asks each worker here
             admin = http_server.protocol_factory(gateway.admin_handler, max_body=cfg.max_body_bytes, limits=None)
             servers.append((await http_server.start_unix_server(admin, role.admin_socket), admin.registry))
-        elif cfg.admin_listen is not None:
-            ahost, aport = parse_hostport(cfg.admin_listen, key="admin_listen")
+        elif admin_at is not None:
             admin = http_server.protocol_factory(gateway.admin_handler, max_body=cfg.max_body_bytes, limits=None)
-            servers.append((await http_server.start_server(admin, ahost, aport, backlog=128), admin.registry))
+            servers.append((await http_server.start_server(admin, *admin_at, backlog=128), admin.registry))
+        # the proxy last: once it answers /healthz the admin endpoints answer too; drained first at shutdown
+        listener = await http_server.start_server(proxy, host, port, reuse_port=role is not None)
+        servers.insert(0, (listener, proxy.registry))
         ups = ", ".join(u.name for u in gateway.upstreams)
-        where = f"admin on {cfg.admin_listen}" if cfg.admin_listen else f"admin on {cfg.listen}"
+        where = (f"admin on {cfg.listen} (--admin-listen proxy)" if admin_at is None and role is None
+                 else "admin via the supervisor" if role is not None else f"admin on {admin_at[0]}:{admin_at[1]}")
         trace = f"trace to {cfg.trace.dir}" if cfg.trace.dir else "no trace capture"
         log.info("listening on %s → %s; %s; %s", cfg.listen, ups, where, trace)
         await stop.wait()

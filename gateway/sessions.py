@@ -4,13 +4,16 @@ Runs in the trace writer thread (`traces.writer`, after prefix hashing), in comp
 session comes from a key (the `--session-header` value, else the OpenAI `user` field), or from
 prefix continuation: a prompt that starts with an earlier request's whole prompt, sent after that
 request ended and within the window, is its next turn (a fork of an older turn is a child session).
-Keeps only keyed digests and lengths in memory; never stores, logs or returns prompt bytes or keys.
+`--trace-sample` below 1 keeps or drops whole sessions (`keeps`: a keyed digest of the session key,
+or of a prefix session's ordinal; subagents follow their parent). Keeps only keyed digests and
+lengths in memory; never stores, logs or returns prompt bytes or keys.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import random
 from collections import deque
 from collections.abc import Sequence
 
@@ -40,6 +43,21 @@ def parse_sources(text: str) -> tuple[str, ...]:
     return items
 
 
+def keeps(hasher: PrefixHasher, fraction: float, seed: int, name: bytes) -> bool:
+    """Whether the session `name` (a raw key, or a prefix session's ordinal) is captured under
+    `--trace-sample fraction`: a salted digest of the seed and the name below the fraction, so every
+    turn of a session gets the same answer and nobody without the salt can steer it."""
+    if fraction >= 1.0:
+        return True
+    return int(hasher.session(b"sample\0%d\0" % seed + name), 16) < fraction * 2.0**64
+
+
+def sampled_in_writer(sources: Sequence[str], key: bytes | None, body: object, endpoint: str | None) -> bool:
+    """A request whose sampling waits for prefix derivation in the writer thread (no key, prefix
+    continuation on, a prompt to derive from): its session is known only there."""
+    return key is None and "prefix" in sources and isinstance(body, dict) and endpoint not in _NO_SESSION_ENDPOINTS
+
+
 def key_of(body: object, header_value: str | None, sources: Sequence[str]) -> bytes | None:
     """The raw session key of one request (hashed by the deriver, never stored): the header value
     when the header source is on and the client sent it, else the `user` field."""
@@ -58,6 +76,7 @@ class _Session(msgspec.Struct, gc=False, eq=False):
     end: float  # the latest turn's completion (trace time)
     failed: bool  # the latest turn failed (a retry of it continues the session)
     prev_end: float | None = None  # the completion of the turn before the latest
+    keep: bool = True  # --trace-sample: this session (and its subagents) is written
 
 
 class _Prompt(msgspec.Struct, gc=False, eq=False):
@@ -75,11 +94,14 @@ class _Prompt(msgspec.Struct, gc=False, eq=False):
 
 class SessionDeriver:
     """Assigns `session`, `turn`, `parent_session` and `think` to records, one at a time (not thread-safe:
-    the writer thread is its only caller)."""
+    the writer thread is its only caller). With `sample` below 1 it also says which records of
+    prefix-derived sessions are written (keyed sessions were sampled by their key before)."""
 
     def __init__(self, hasher: PrefixHasher, *, sources: Sequence[str] = SOURCES, window_s: float = DEFAULT_WINDOW_S,
-                 run_id: str = "", max_entries: int = MAX_ENTRIES) -> None:
+                 run_id: str = "", max_entries: int = MAX_ENTRIES, sample: float = 1.0, seed: int = 0) -> None:
         self._hasher = hasher
+        self.sample, self.seed = sample, seed
+        self._rng = random.Random(seed)
         self.sources = tuple(sources)
         self.window_s = window_s
         self._run = run_id
@@ -89,10 +111,11 @@ class SessionDeriver:
         self._order: deque[_Prompt] = deque()
         self._ids = itertools.count()
 
-    def __call__(self, record: RequestRecord, prompt: object, key: bytes | str | None) -> None:
-        """Writer hook: `prompt` is the request's canonical prompt bytes (or None), `key` its raw key."""
+    def __call__(self, record: RequestRecord, prompt: object, key: bytes | str | None) -> bool:
+        """Writer hook: `prompt` is the request's canonical prompt bytes (or None), `key` its raw key.
+        False: the record's session is sampled out (the caller does not write it)."""
         if record.endpoint in _NO_SESSION_ENDPOINTS:
-            return
+            return True
         if isinstance(key, str):
             key = key.encode("utf-8", "surrogatepass")
         end = record.t + (record.e2e or 0.0)
@@ -102,11 +125,12 @@ class SessionDeriver:
             sess = self._keyed_turn(record, key, end)
         elif "prefix" in self.sources and data:
             sess = self._prefix_turn(record, data, end)
-        else:
-            return
+        else:  # no session after all (an empty prompt): sampled as one request
+            return self.sample >= 1.0 or self._rng.random() < self.sample
         sess.turn, sess.end, sess.failed = record.turn or 0, end, is_error(record)
         if data and "prefix" in self.sources and record.hash_ids:
             self._remember(data, record.hash_ids, sess, end)
+        return key is not None or sess.keep
 
     # -- keyed sessions -----------------------------------------------------------------------------
 
@@ -136,18 +160,21 @@ class SessionDeriver:
         continues = found.turn == sess.turn or (sess.failed and found.turn == sess.turn - 1)
         if not continues:  # a branch from an older turn: a child session (an agent's subagent, a retry tree)
             record.think = max(0.0, record.t - found.end)
-            return self._new_session(record, end, parent=sess.id)
+            return self._new_session(record, end, parent=sess)
         record.session = sess.id
         record.turn = sess.turn + 1
         record.think = max(0.0, record.t - sess.end)  # from the latest turn (a retry: from the failure)
         return sess
 
-    def _new_session(self, record: RequestRecord, end: float, parent: str | None) -> _Session:
-        name = PREFIX_ID + self._hasher.session(f"prefix\0{self._run}\0{next(self._ids)}")
-        sess = _Session(id=name, turn=-1, end=end, failed=False)
+    def _new_session(self, record: RequestRecord, end: float, parent: _Session | None) -> _Session:
+        ordinal = next(self._ids)
+        name = PREFIX_ID + self._hasher.session(f"prefix\0{self._run}\0{ordinal}")
+        # sampled by the ordinal, not the name: the same seed keeps the same sessions in every capture
+        keep = parent.keep if parent is not None else keeps(self._hasher, self.sample, self.seed, b"p\0%d" % ordinal)
+        sess = _Session(id=name, turn=-1, end=end, failed=False, keep=keep)
         record.session = sess.id
         record.turn = 0
-        record.parent_session = parent
+        record.parent_session = parent.id if parent is not None else None
         return sess
 
     def _match(self, data: bytes | bytearray | memoryview, ids: Sequence[int], t: float) -> _Prompt | None:

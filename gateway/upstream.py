@@ -171,7 +171,7 @@ class Upstream:
     def ready(self) -> bool:
         return self.pool is not None and not self.pool.closed
 
-    async def exchange(self, data: bytes, *, no_body: bool) -> tuple[UpstreamConn, Head]:
+    async def exchange(self, data: bytes, *, no_body: bool, body: bytes = b"") -> tuple[UpstreamConn, Head]:
         """Send one request and wait for the response head; a reused connection that the upstream had
         already closed (no byte came back) is replaced once by a fresh one. Raises UpstreamError."""
         pool = self.pool
@@ -181,7 +181,7 @@ class Upstream:
             conn, reused = await pool.acquire()
             try:
                 try:
-                    conn.send(data, no_body=no_body)
+                    conn.send(data, no_body=no_body, body=body)
                 except (OSError, RuntimeError) as exc:  # the transport closed under us
                     conn.abort()
                     raise UpstreamError("reset", type(exc).__name__) from None

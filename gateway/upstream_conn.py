@@ -57,8 +57,9 @@ class UpstreamConn(asyncio.Protocol):
         self._on_done: Callable[[UpstreamConn], None] | None = None
 
     # ------------------------------------------------------------------ relay side
-    def send(self, data: bytes, *, no_body: bool) -> None:
-        """Write one request; `no_body` for HEAD (the response head then ends the exchange)."""
+    def send(self, data: bytes, *, no_body: bool, body: bytes = b"") -> None:
+        """Write one request (`body`: a large body written after `data`, its head); `no_body` for HEAD
+        (the response head then ends the exchange)."""
         self.head: Head | None = None
         self._parser = ResponseParser(no_body=no_body)
         self._sink: Sink | None = None
@@ -71,6 +72,8 @@ class UpstreamConn(asyncio.Protocol):
         self._phase = _HEAD
         assert self.transport is not None
         self.transport.write(data)
+        if body:
+            self.transport.write(body)
 
     async def read_head(self) -> Head:
         while self._phase == _HEAD:

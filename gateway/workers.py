@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from slogate.gateway.admin_merge import cumulative, merge_metrics, merge_status, parse
 from slogate.gateway.capture import perf_epoch
-from slogate.gateway.config import GatewayConfig, parse_hostport, parse_slos, upstream_specs
+from slogate.gateway.config import GatewayConfig, admin_address, parse_hostport, parse_slos, upstream_specs
 from slogate.gateway.routing import shared_state
 from slogate.gateway.status import WINDOWS, StatusRow, StatusWindow, health_response
 from slogate.gateway.worker_admin import WORKER_STATUS_PATH, WorkerStatus, decode_worker_status
@@ -251,8 +251,9 @@ class Supervisor:
         loop.add_signal_handler(signal.SIGHUP, self.forward, signal.SIGHUP)  # log rotation: every worker reopens
         host, port = parse_hostport(self.cfg.listen, key="listen")
         reserve = _reserve_port(host, port)  # an early, clear error when the port is taken
-        assert self.cfg.admin_listen is not None
-        ahost, aport = parse_hostport(self.cfg.admin_listen, key="admin_listen")
+        admin_at = admin_address(self.cfg)
+        assert admin_at is not None  # config validation: --workers needs its own admin listener
+        ahost, aport = admin_at
         runner = web.AppRunner(self.admin_app(), access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         watchers: list[asyncio.Task] = []
@@ -262,7 +263,7 @@ class Supervisor:
                 await self.start_worker(w)
             watchers = [asyncio.create_task(self.watch(w)) for w in self.workers]
             watchers.append(asyncio.create_task(self.keep_refreshed()))
-            log.info("supervisor: %d workers on %s; merged admin on %s", self.n, self.cfg.listen, self.cfg.admin_listen)
+            log.info("supervisor: %d workers on %s; merged admin on %s:%d", self.n, self.cfg.listen, ahost, aport)
             await self.stop.wait()
             log.info("supervisor: draining %d workers", self.n)
         finally:

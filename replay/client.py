@@ -11,6 +11,7 @@ import asyncio
 import email.utils
 import random
 import time
+from collections.abc import Sequence
 from typing import cast
 
 import msgspec
@@ -47,6 +48,8 @@ class ClientConfig(msgspec.Struct, frozen=True):
     retries: int = 0  # retries before any response byte (connect error, 429/502/503)
     retry_backoff_s: float = 0.5  # first delay, doubled per retry, jittered ×[0.5, 1.5); Retry-After wins when longer
     keep_chunk_times: bool = True
+    session_header: str | None = None  # header carrying a session's opaque per-run id (replay.sessions.header_value)
+    session_nonce: str = ""  # per run: the same trace replayed twice gives different session ids
 
 
 def retry_delay(cfg: ClientConfig, attempt: int, retry_after: str | None, rng: random.Random | None = None) -> float:
@@ -81,19 +84,22 @@ def new_pool(cfg: ClientConfig) -> Pool:
 class InFlight:
     """A request whose send happened in `start` (synchronously, at the pacer's instant)."""
 
-    __slots__ = ("attempt", "body", "endpoint", "intended_ns", "obs", "pending", "t_send")
+    __slots__ = ("attempt", "body", "endpoint", "extra", "intended_ns", "obs", "pending", "t_send")
 
-    def __init__(self, pool: Pool, cfg: ClientConfig, body: bytes, intended_ns: int, endpoint: str, stream: bool):
+    def __init__(self, pool: Pool, cfg: ClientConfig, body: bytes, intended_ns: int, endpoint: str, stream: bool,
+                 extra: Sequence[tuple[str, str]] = ()):
         self.t_send = time.perf_counter_ns()
-        self.intended_ns, self.body, self.endpoint, self.attempt = intended_ns, body, endpoint, 0
+        self.intended_ns, self.body, self.endpoint, self.attempt, self.extra = intended_ns, body, endpoint, 0, extra
         self.obs = StreamObserver(self.t_send, stream=stream, endpoint=endpoint, keep_chunk_times=cfg.keep_chunk_times)
-        self.pending = pool.begin(endpoint, body, self.obs.feed)
+        self.pending = pool.begin(endpoint, body, self.obs.feed, extra)
 
 
 def start(pool: Pool, cfg: ClientConfig, body: bytes, *, intended_ns: int, endpoint: str | None = None,
-          stream: bool | None = None) -> InFlight:
-    """Send now (when a kept-alive connection is idle, the bytes are written before this returns)."""
-    return InFlight(pool, cfg, body, intended_ns, endpoint or cfg.endpoint, cfg.stream if stream is None else stream)
+          stream: bool | None = None, extra: Sequence[tuple[str, str]] = ()) -> InFlight:
+    """Send now (when a kept-alive connection is idle, the bytes are written before this returns);
+    `extra`: headers of this request only."""
+    return InFlight(pool, cfg, body, intended_ns, endpoint or cfg.endpoint, cfg.stream if stream is None else stream,
+                    extra)
 
 
 async def complete(pool: Pool, cfg: ClientConfig, f: InFlight) -> RequestRecord:
@@ -109,7 +115,7 @@ async def complete(pool: Pool, cfg: ClientConfig, f: InFlight) -> RequestRecord:
             await asyncio.sleep(retry_delay(cfg, f.attempt, f.pending.retry_after))
             f.obs = StreamObserver(f.t_send, stream=f.obs.stream, endpoint=f.endpoint,
                                    keep_chunk_times=cfg.keep_chunk_times)
-            f.pending = pool.begin(f.endpoint, f.body, f.obs.feed)
+            f.pending = pool.begin(f.endpoint, f.body, f.obs.feed, f.extra)
             continue
         return _record(cfg, f, status, error)
 

@@ -12,7 +12,7 @@ import asyncio
 import ssl
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from slogate.traces.http1 import ProtocolError, ResponseParser, request_bytes
 
@@ -120,13 +120,15 @@ class Pool:
             raise HttpError("connect", str(exc)) from None
         return conn
 
-    def _data(self, path: str, body: bytes) -> bytes:
-        return request_bytes("POST", self.prefix + path, self._host, self._headers, body)
+    def _data(self, path: str, body: bytes, extra: Sequence[tuple[str, str]] = ()) -> bytes:
+        headers = [*self._headers, *extra] if extra else self._headers
+        return request_bytes("POST", self.prefix + path, self._host, headers, body)
 
-    def begin(self, path: str, body: bytes, feed: Feed) -> Pending:
+    def begin(self, path: str, body: bytes, feed: Feed, extra: Sequence[tuple[str, str]] = ()) -> Pending:
         """Write the request now on an idle connection when there is one (synchronous: the send
-        happens at the caller's instant); otherwise the connection is opened in `finish`."""
-        data = self._data(path, body)
+        happens at the caller's instant); otherwise the connection is opened in `finish`. `extra`:
+        headers of this request only (a session's id)."""
+        data = self._data(path, body, extra)
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed:

@@ -28,6 +28,7 @@ from slogate.replay.forcing import Forcing, choose
 from slogate.replay.interrupt import Interrupt, Interrupted
 from slogate.replay.prompts import WORDS, PromptPlan, calibrate, content_convention, verify
 from slogate.replay.results import Environment, Results
+from slogate.replay.sessions import SESSION_HEADER
 from slogate.replay.target import Probe, apply_probe, check_model, parse_target, probe, start_sim
 from slogate.replay.tokenizers import FileTokenizer, TokenCounter, UsageCounter, probe_server_tokenizer
 from slogate.replay.worker import Item, WorkerSpec, run_share
@@ -78,6 +79,7 @@ class ReplayOptions(msgspec.Struct, kw_only=True):
     prompt_tokens: str = "server"  # server: prompt_tokens on the server (template included) | content: message content
     calibrate: bool = True  # False (--no-calibrate): no calibration chats; needs a tokenizer
     drain_timeout_s: float = 5.0  # after Ctrl-C/SIGTERM: how long requests in flight may finish before cancel
+    session_header: str | None = SESSION_HEADER  # header naming each session (an opaque per-run id), None: off
 
 
 class RunOutput(msgspec.Struct):
@@ -196,7 +198,8 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
     workers = options.workers or auto_workers(workload)
     client = ClientConfig(base_url=url, model=model, endpoint=path, stream=options.stream, headers=headers,
                           timeout_s=options.timeout_s, retries=options.retries,
-                          retry_backoff_s=options.retry_backoff_s, keep_chunk_times=options.keep_chunk_times)
+                          retry_backoff_s=options.retry_backoff_s, keep_chunk_times=options.keep_chunk_times,
+                          session_header=options.session_header, session_nonce=os.urandom(8).hex())
     wspec = WorkerSpec(client=client, plan=plan, forcing=forcing, duration_s=workload.duration_s,
                        stop_on_error=options.stop_on_error)
     items: list[Item] = []

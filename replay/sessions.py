@@ -2,11 +2,13 @@
 
 `link` gives each planned turn the request whose completion releases it (`after`) and its think
 time; a subagent's first turn follows the parent's turn that preceded the spawn. `summarize`
-computes per-session figures from replayed records. Pure functions: no clock, no I/O, no sending.
+computes per-session figures from replayed records; `header_value` is the opaque id a replayed
+session's requests carry (`--session-header`). Pure functions: no clock, no I/O, no sending.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections import defaultdict
@@ -20,6 +22,14 @@ from slogate.traces.record import RequestRecord, is_error
 
 TIMINGS = ("think", "recorded")
 ON_ERROR = ("stop", "continue")
+SESSION_HEADER = "X-Session-Id"  # replay's default; a gateway captures sessions from it with --session-header X-Session-Id
+
+
+def header_value(nonce: str, session: str) -> str:
+    """The id a replayed session's requests carry in the session header: a digest of the trace's
+    session id keyed by the run's nonce (opaque, equal for every turn of the session in this run,
+    different in the next run, so two replays through one gateway never join their sessions)."""
+    return hashlib.blake2b(session.encode("utf-8", "surrogatepass"), key=nonce.encode()[:64], digest_size=8).hexdigest()
 
 
 def has_sessions(reqs: Sequence[PlannedRequest]) -> bool:

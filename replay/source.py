@@ -15,9 +15,8 @@ import msgspec
 
 from slogate.replay.workload import Workload, from_records
 from slogate.traces.record import RequestRecord, TraceHeader
+from slogate.traces.stats import block_tokens  # tokens per hash id of a header (bytes → tokens)
 from slogate.traces.usage import UsageError
-
-BYTES_PER_TOKEN = 4  # byte blocks (gateway capture without a tokenizer) → token blocks
 
 
 class LoadedTrace(msgspec.Struct):
@@ -62,13 +61,6 @@ def digest(*paths: Path) -> str:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()
-
-
-def block_tokens(header: TraceHeader) -> int:
-    """Tokens per prefix block: the header's block size, converted from bytes when needed."""
-    if header.block_unit == "tokens":
-        return max(1, header.block_size)
-    return max(1, header.block_size // BYTES_PER_TOKEN)
 
 
 def trace_workload(trace: LoadedTrace) -> Workload:

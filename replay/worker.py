@@ -22,6 +22,7 @@ from slogate.replay.forcing import Forcing
 from slogate.replay.interrupt import Stop
 from slogate.replay.pacer import pace
 from slogate.replay.prompts import PromptBuilder, PromptPlan
+from slogate.replay.sessions import header_value
 from slogate.replay.workload import PlannedRequest
 from slogate.traces.record import RequestRecord, is_error
 
@@ -116,10 +117,13 @@ async def run_share(spec: WorkerSpec, share: list[PlannedRequest], start: float,
         linked = bool(followers)
         roots = [r for r in share if r.index not in waiting] if linked else share
 
+        session_header, nonce = spec.client.session_header, spec.client.session_nonce
+
         def begin(req: PlannedRequest, intended_ns: int) -> InFlight:
             body = bodies.pop(req.index, None) or request_body(builder, spec, req)
+            extra = ((session_header, header_value(nonce, req.session)),) if session_header and req.session else ()
             return client.start(pool, spec.client, body, intended_ns=intended_ns, endpoint=req.endpoint,
-                                stream=req.stream)
+                                stream=req.stream, extra=extra)
 
         async def one(req: PlannedRequest, intended_ns: int, sent: InFlight | None = None) -> None:
             collector.in_flight += 1

@@ -38,6 +38,7 @@ STREAM = sse_events(b"one", b"two") + DONE_EVENT  # a complete stream: output, t
 AFTER_DONE = sse_events(b"EXTRA") + b": comment\n\n"  # what a broken upstream sends after [DONE]
 RESPONSES = {  # path → (head, framed body) built from the echoed id
     b"/v1/cl-te": lambda rid: OK + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n" + _chunked(body_for(rid)),
+    b"/v1/latin": lambda rid: OK + b"X-Latin: caf\xe9 \xc3\xa9 \xff\r\nContent-Length: 2\r\n\r\nok",  # not UTF-8
     b"/v1/ok": lambda rid: OK + b"Content-Length: %d\r\n\r\n%s" % (len(body_for(rid)), body_for(rid)),
     b"/v1/1xx": lambda rid: b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
                             + OK + b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(body_for(rid)),

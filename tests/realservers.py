@@ -93,18 +93,29 @@ def start_gateway(
     wrapper: Sequence[str] = (),
 ) -> Iterator[Server]:
     """Run `slogate gateway` on 127.0.0.1 in front of `upstreams` until the block exits (ready: /healthz);
-    `wrapper` prefixes the command (e.g. `prlimit --nofile=200:200 --`)."""
+    `wrapper` prefixes the command (e.g. `prlimit --nofile=200:200 --`). The admin endpoints (/metrics,
+    /slogate/status) are on a free port of their own, `.admin_url`, unless `extra_args` has --admin-listen
+    (`proxy`: `.admin_url` is `.url`)."""
     port = port or free_port()
     cmd = [*wrapper, sys.executable, "-m", "slogate", "gateway", "--listen", f"127.0.0.1:{port}"]
+    args = list(extra_args)
+    if "--admin-listen" in args:
+        admin = args[args.index("--admin-listen") + 1]
+        admin_url = f"http://127.0.0.1:{port}" if admin == "proxy" else f"http://{admin}"
+    else:
+        admin_port = free_port()
+        cmd += ["--admin-listen", f"127.0.0.1:{admin_port}"]
+        admin_url = f"http://127.0.0.1:{admin_port}"
     for upstream in [upstreams] if isinstance(upstreams, str) else upstreams:
         cmd += ["--upstream", upstream]
     if trace_dir is not None:
         cmd += ["--trace-dir", str(trace_dir)]
     for slo in slos:
         cmd += ["--slo", slo]
-    cmd += list(extra_args)
+    cmd += args
     env = {"SLOGATE_TRACE_SALT": "test-salt", **(env or {})}
     with running(cmd, port, ready_path="/healthz", timeout=timeout, env=env) as server:
+        server.admin_url = admin_url  # type: ignore[attr-defined]
         yield server
 
 

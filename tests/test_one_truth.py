@@ -151,6 +151,7 @@ def test_cross_surface_one_gateway_run(tmp_path: Path):
     assert status["errors"] == stats["failed"] == compare["failed"]["values"][0] == n - len(ok)
     assert status["slos"]["fast"]["good_requests"] == int(stats["goodput_by_slo"]["fast"]["good_requests"]) == good
     assert metric_sum(samples, "slogate_good_requests_total", slo="fast") == good
+    assert metric_sum(samples, "slogate_slo_requests_total", slo="fast") == n  # the attainment denominator
     attainment = good / n
     assert status["slos"]["fast"]["attainment"] == pytest.approx(attainment, abs=1e-12)
     assert stats["slo_attainment"] == pytest.approx(attainment, abs=1e-12)

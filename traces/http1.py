@@ -31,33 +31,66 @@ class ProtocolError(Exception):
     """The peer's bytes are not valid HTTP/1.1 framing (the exchange fails with error class "protocol")."""
 
 
-def request_bytes(method: str, target: str, host: str, headers: Iterable[tuple[str, str]], body: bytes) -> bytes:
-    """One request: `Host` first, the given headers, then `Content-Length` (like aiohttp's client)."""
-    lines = [f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n"]
-    lines += [f"{k}: {v}\r\n" for k, v in headers]
-    if body or method not in _NO_BODY_METHODS:
-        lines.append(f"Content-Length: {len(body)}\r\n")
-    lines.append("\r\n")
-    return "".join(lines).encode("utf-8", "surrogateescape") + body
+def request_bytes(method: str, target: str, host: str, headers: Iterable[tuple[str, str]] | bytes, body: bytes, *,
+                  head_only: bool = False) -> bytes:
+    """One request: `Host` first, the given headers (pairs, or field lines already encoded as
+    `name: value\r\n` bytes, which a proxy passes on unchanged), then `Content-Length`;
+    `head_only`: without the body (a large body is written on its own, never copied)."""
+    if not isinstance(headers, bytes):
+        headers = "".join([f"{k}: {v}\r\n" for k, v in headers]).encode("utf-8", "surrogateescape")
+    length = b"Content-Length: %d\r\n" % len(body) if body or method not in _NO_BODY_METHODS else b""
+    return b"%s %s HTTP/1.1\r\nHost: %s\r\n%b%b\r\n%b" % (
+        method.encode("ascii"), target.encode("utf-8", "surrogateescape"), host.encode("utf-8", "surrogateescape"),
+        headers, length, b"" if head_only else body)
 
 
 class Head:
-    """A final response head: status, reason, headers and how the body is delimited.
+    """A final response head: status, reason, header fields and how the body is delimited.
 
-    With `Transfer-Encoding: chunked`, any `Content-Length` was removed from `headers` (RFC 9112 §6.3),
+    `fields` keeps each field's bytes as received, `(lowercased name, name, value)`, so a proxy forwards
+    them unchanged (`forward_fields`); `headers` is the same as a decoded CIMultiDict, built on first
+    use. With `Transfer-Encoding: chunked` any `Content-Length` was removed from both (RFC 9112 §6.3),
     so a proxy never forwards it with the decoded body.
     """
 
-    __slots__ = ("chunked", "headers", "keep_alive", "length", "reason", "status")
+    __slots__ = ("_headers", "chunked", "connection", "content_encoding", "content_type", "fields", "keep_alive",
+                 "length", "raw_reason", "status")
 
-    def __init__(self, status: int, reason: str, headers: CIMultiDict[str], length: int | None, chunked: bool,
-                 keep_alive: bool) -> None:
+    def __init__(self, status: int, raw_reason: bytes, fields: list[tuple[bytes, bytes, bytes]], length: int | None,
+                 chunked: bool, keep_alive: bool, connection: tuple[bytes, ...] = ()) -> None:
         self.status = status
-        self.reason = reason
-        self.headers = headers
+        self.raw_reason = raw_reason
+        self.fields = fields
         self.length = length  # None: chunked or read until the connection closes
         self.chunked = chunked
         self.keep_alive = keep_alive
+        self.connection = connection  # the Connection header's tokens, lowercased
+        self.content_type = b""
+        self.content_encoding = b""
+        for key, _, value in fields:
+            if key == b"content-type":
+                self.content_type = value
+            elif key == b"content-encoding":
+                self.content_encoding = value.lower()
+        self._headers: CIMultiDict[str] | None = None
+
+    @property
+    def reason(self) -> str:
+        return self.raw_reason.decode("utf-8", "surrogateescape")
+
+    @property
+    def headers(self) -> CIMultiDict[str]:
+        if self._headers is None:
+            self._headers = CIMultiDict((name.decode("ascii"), value.decode("utf-8", "surrogateescape"))
+                                        for _, name, value in self.fields)
+        return self._headers
+
+    def forward_fields(self, drop: frozenset[bytes]) -> bytes:
+        """The field lines a proxy sends on (`name: value\r\n` each, bytes unchanged), minus `drop`
+        (lowercased names) and any field the Connection header names."""
+        if self.connection:
+            drop = drop | frozenset(self.connection)
+        return b"".join([b"%s: %s\r\n" % (name, value) for key, name, value in self.fields if key not in drop])
 
 
 def _check_line_ends(raw: bytes) -> None:
@@ -76,11 +109,12 @@ def parse_head(raw: bytes) -> Head:
     if m is None:
         raise ProtocolError(f"bad status line {lines[0][:80]!r}")
     status = int(m[2])
-    pairs: list[tuple[str, str]] = []
+    fields: list[tuple[bytes, bytes, bytes]] = []
     lengths: set[bytes] = set()
     codings: list[bytes] = []
     connection: list[bytes] = []
     raw_length = b""
+    n_length = 0
     for line in lines[1:]:
         f = _FIELD_LINE.fullmatch(line)
         if f is None:
@@ -91,18 +125,19 @@ def parse_head(raw: bytes) -> Head:
         if key == b"content-length":
             lengths.update(v.strip(b" \t") for v in value.split(b","))
             raw_length = value
+            n_length += 1
         elif key == b"transfer-encoding":
             codings += (c.strip(b" \t").lower() for c in value.split(b","))
         elif key == b"connection":
             connection += (c.strip(b" \t").lower() for c in value.split(b","))
-        pairs.append((name.decode("ascii"), value.decode("utf-8", "surrogateescape")))
+        fields.append((key, name, value))
     chunked = False
     if codings:
         if codings != [b"chunked"]:
             raise ProtocolError(f"unsupported Transfer-Encoding {b', '.join(codings)[:40]!r} (only chunked)")
         chunked = True
         if lengths:  # RFC 9112 §6.3: Transfer-Encoding wins and Content-Length must not be passed on
-            pairs = [(k, v) for k, v in pairs if k.lower() != "content-length"]
+            fields = [f for f in fields if f[0] != b"content-length"]
             lengths = set()
     length: int | None = None
     if lengths:
@@ -110,14 +145,14 @@ def parse_head(raw: bytes) -> Head:
         if lengths or not value.isdigit() or len(value) > 18:
             raise ProtocolError(f"bad Content-Length {b', '.join([value, *lengths])[:40]!r}")
         length = int(value)
-        if sum(k.lower() == "content-length" for k, _ in pairs) > 1 or b"," in raw_length:
+        if n_length > 1 or b"," in raw_length:
             # identical repeats are allowed (RFC 9110 §8.6): pass one on, never a list
-            pairs = [(k, v) for k, v in pairs if k.lower() != "content-length"] + [("Content-Length", str(length))]
+            fields = [f for f in fields if f[0] != b"content-length"] + [
+                (b"content-length", b"Content-Length", b"%d" % length)]
     keep_alive = m[1] != b"0" or b"keep-alive" in connection
     if b"close" in connection:
         keep_alive = False
-    reason = (m[3] or b"").decode("utf-8", "surrogateescape")
-    return Head(status, reason, CIMultiDict(pairs), length, chunked, keep_alive)
+    return Head(status, m[3] or b"", fields, length, chunked, keep_alive, tuple(t for t in connection if t))
 
 
 _HEAD, _FIXED, _UNTIL_CLOSE, _SIZE, _DATA, _CRLF, _TRAILER, _DONE = range(8)

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from slogate.traces.metrics import percentile
-from slogate.traces.record import RequestRecord, is_error
+from slogate.traces.record import RequestRecord, TraceHeader, is_error
+from slogate.traces.request_info import BYTES_PER_TOKEN
 from slogate.traces.slo import Slo
 from slogate.traces.summary import RunSummary, summarize
 
@@ -60,8 +61,10 @@ def _tokens(values: list[int]) -> TokenStats:
     return TokenStats(mean=math.fsum(values) / len(values), p50=percentile(values, 50.0), p99=percentile(values, 99.0))
 
 
-def trace_stats(records: Iterable[RequestRecord], slos: Sequence[Slo] = ()) -> TraceStats:
-    """Statistics of records given in arrival order (ties keep their order for prefix reuse)."""
+def trace_stats(records: Iterable[RequestRecord], slos: Sequence[Slo] = (), *,
+                block_tokens: int | None = None) -> TraceStats:
+    """Statistics of records given in arrival order (ties keep their order for prefix reuse).
+    `block_tokens`: tokens per hash id (`block_tokens(header)`), for the ideal prefix reuse."""
     records = records if isinstance(records, list) else list(records)
     times = [r.t for r in records]
     inputs = [r.input_tokens for r in records if r.input_tokens is not None]
@@ -89,15 +92,27 @@ def trace_stats(records: Iterable[RequestRecord], slos: Sequence[Slo] = ()) -> T
         errors=errors,
         input_estimated=sum(1 for r in records if r.input_estimated),
         summary=summarize(records, slos=slos) if records else None,
-        ideal_prefix_reuse=ideal_prefix_reuse(records),
+        ideal_prefix_reuse=ideal_prefix_reuse(records, block_tokens),
         sessions=session_stats(records),
     )
 
 
-def ideal_prefix_reuse(records: Sequence[RequestRecord]) -> float | None:
-    """Share of prompt tokens (in arrival order) whose blocks continue the block sequence of an
-    earlier request from its start: the hit rate of an infinite prefix cache. Blocks are compared as
-    sequences, so chained ids (captures) and plain per-block ids (agentic imports) both count."""
+def block_tokens(header: TraceHeader) -> int:
+    """Tokens per prefix block: the header's block size, converted from bytes when needed (a gateway
+    capture without a tokenizer hashes 256-byte blocks: 64 tokens, as the replay builds them)."""
+    if header.block_unit == "tokens":
+        return max(1, header.block_size)
+    return max(1, header.block_size // BYTES_PER_TOKEN)
+
+
+def ideal_prefix_reuse(records: Sequence[RequestRecord], block_tokens: int | None = None) -> float | None:
+    """Share of prompt tokens (in arrival order) that are a prefix of an earlier request: the hit rate
+    of an infinite prefix cache. A request whose first k blocks continue an earlier request's block
+    sequence from its start reuses min(k × block_tokens, input_tokens) tokens: the tokens after its
+    last matching full block (the partial block at each turn's end) are new, as in a prefix cache
+    (vLLM: matched full blocks × block size). Blocks are compared as sequences, so chained ids
+    (captures) and plain per-block ids (agentic imports) both count. Without `block_tokens` (unknown
+    block size) each id stands for an equal share of the prompt."""
     seen: set[int] = set()
     total = reused = 0.0
     for r in records:
@@ -111,7 +126,8 @@ def ideal_prefix_reuse(records: Sequence[RequestRecord]) -> float | None:
             k += 1
         seen.update(prefixes)
         total += r.input_tokens
-        reused += r.input_tokens * k / len(prefixes)
+        size = block_tokens if r.block_size is None or block_tokens is None else r.block_size
+        reused += r.input_tokens * k / len(prefixes) if size is None else min(k * size, r.input_tokens)
     return reused / total if total else None
 
 

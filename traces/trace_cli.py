@@ -20,7 +20,7 @@ from slogate.traces.reader import SegmentReader, read_trace, segment_paths
 from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.segments import TraceError
 from slogate.traces.slo import Slo, SloError, parse_slo
-from slogate.traces.stats import TokenStats, TraceStats, trace_stats
+from slogate.traces.stats import TokenStats, TraceStats, block_tokens, trace_stats
 from slogate.traces.usage import UsageError
 
 EPILOG = """\
@@ -149,7 +149,7 @@ def _slos(specs: Sequence[str], header: TraceHeader) -> list[Slo]:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    results = [(label, fmt, trace_stats(records, _slos(args.slo, header)))
+    results = [(label, fmt, trace_stats(records, _slos(args.slo, header), block_tokens=block_tokens(header)))
                for label, fmt, header, records in _traces(args.files, args.fmt)]
     if args.json:
         payload = results[0][2] if len(results) == 1 else {label: s for label, _, s in results}

@@ -21,6 +21,7 @@ import msgspec
 
 from slogate.replay import workload as wl
 from slogate.replay.cli.args import Parser, pairs, seconds
+from slogate.replay.sessions import SESSION_HEADER
 from slogate.traces.usage import UsageError
 
 if TYPE_CHECKING:
@@ -92,6 +93,9 @@ def parser() -> argparse.ArgumentParser:
                    "offsets), all (at once), stagger:SECONDS, poisson:rate=R (seeded)")
     g.add_argument("--on-turn-error", default="continue", choices=["stop", "continue"],
                    help="think timing: a failed turn ends its session (stop) or the next turn is still sent (continue)")
+    g.add_argument("--session-header", default=SESSION_HEADER, metavar="NAME|off",
+                   help="header carrying each session's opaque id on its requests (default X-Session-Id: a "
+                   "gateway with --session-header X-Session-Id captures the sessions again); off: none")
     g.add_argument("--shard", help="I/N: send every N-th request starting at I (distributed replay)")
     g.add_argument("--start-at", type=float, help="UNIX time at which the schedule starts (all shards agree)")
     r = p.add_argument_group("requests")
@@ -373,8 +377,20 @@ def plan(ns: argparse.Namespace, *, command: list[str]) -> tuple[wl.Workload, Re
         keep_chunk_times=not ns.no_chunk_times, stop_on_error=getattr(ns, "on_turn_error", "continue") == "stop",
         prompt_tokens=ns.prompt_tokens, calibrate=not ns.no_calibrate,
         drain_timeout_s=seconds(ns.drain_timeout, "--drain-timeout"),
+        session_header=session_header(ns.session_header),
     )
     return w, options
+
+
+def session_header(name: str) -> str | None:
+    """--session-header NAME (an HTTP header name) or off."""
+    import re
+
+    if name.strip().lower() == "off":
+        return None
+    if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
+        raise UsageError(f"bad --session-header {name!r}: give a header name like X-Session-Id, or off")
+    return name
 
 
 def run_and_write(workload: wl.Workload, options: ReplayOptions, *, console: bool = True) -> RunOutput:

@@ -84,14 +84,14 @@ def _ms(seconds: float | None) -> str:
     return "    –  " if seconds is None else f"{seconds * 1e3:5.0f} ms"
 
 
-def fetch_status(gateway_url: str) -> dict | None:
+def fetch_status(admin_url: str) -> dict | None:
     try:
-        return orjson.loads(http_get(f"{gateway_url}/slogate/status", timeout_s=2.0))
+        return orjson.loads(http_get(f"{admin_url}/slogate/status", timeout_s=2.0))
     except (OSError, orjson.JSONDecodeError):
         return None
 
 
-def watch_replay(replay: Child, watched: Sequence[Child], gateway_url: str, *, title: str, duration_s: float, drain_s: float,
+def watch_replay(replay: Child, watched: Sequence[Child], admin_url: str, *, title: str, duration_s: float, drain_s: float,
                  slo_name: str, every_s: float, display: Display) -> dict | None:
     """Wait for the replay client to finish, printing the gateway's status every `every_s` seconds.
 
@@ -114,7 +114,7 @@ def watch_replay(replay: Child, watched: Sequence[Child], gateway_url: str, *, t
                                  f"schedule ended (log: {replay.log}); try a lower --speed")
             if now - last_print >= every_s:
                 last_print = now
-                doc = fetch_status(gateway_url) or doc
+                doc = fetch_status(admin_url) or doc
                 if doc is not None:
                     display.say(f"  [{elapsed:3.0f}s] {status_line(doc, slo_name)}")
             done = f"{doc.get('requests_total', 0)} requests done" if doc else ""
@@ -124,4 +124,4 @@ def watch_replay(replay: Child, watched: Sequence[Child], gateway_url: str, *, t
     if replay.proc.returncode != 0:
         raise UsageError(f"the replay client failed with status {replay.proc.returncode}: {replay.log_tail()} "
                          f"(log: {replay.log})")
-    return fetch_status(gateway_url) or doc
+    return fetch_status(admin_url) or doc

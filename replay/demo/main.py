@@ -178,7 +178,7 @@ def run(opts: DemoOptions, display: Display) -> None:
     capture, live_dir = opts.out / "capture", opts.out / "production-live"
     display.say(f"slogate demo → {opts.out}")
     with tempfile.TemporaryDirectory(prefix="slogate-demo-") as tmp, Children(opts.out / "logs") as children:
-        gateway_url = start_servers(opts, children, Path(tmp) / "trace_salt", capture, display)
+        gateway_url, admin_url = start_servers(opts, children, Path(tmp) / "trace_salt", capture, display)
         replay_child = children.start("replay", [
             "replay", str(opts.trace), "--speed", f"{opts.speed:g}", "--duration", f"{opts.duration_s:g}s",
             "--target", gateway_url, "--slo", opts.slo, "--seed", str(opts.seed), "--timeout", "60",
@@ -186,7 +186,7 @@ def run(opts: DemoOptions, display: Display) -> None:
             "--label", "role=production", *_cost_flags(price_of(opts.baseline, opts.prices))])
         title = (f"step 2/4  replaying {opts.trace.name} through the gateway: {opts.duration_s:g} s at "
                  f"{opts.speed:g}x speed (trace seconds 0–{opts.duration_s * opts.speed:g})")
-        final = watch_replay(replay_child, children.started[:2], gateway_url, title=title, duration_s=opts.duration_s,
+        final = watch_replay(replay_child, children.started[:2], admin_url, title=title, duration_s=opts.duration_s,
                              drain_s=DRAIN_S, slo_name=opts.slo_name, every_s=opts.status_every_s, display=display)
         if final is not None:
             display.say(f"  [all] {status_line(final, opts.slo_name, window='5m')}  (the whole run)")
@@ -229,29 +229,33 @@ def _cost_flags(cost_per_hour: float | None) -> list[str]:
     return [] if cost_per_hour is None else ["--cost-per-hour", f"{cost_per_hour:g}"]
 
 
-def start_servers(opts: DemoOptions, children: Children, salt: Path, capture: Path, display: Display) -> str:
-    """Step 1: the simulated production server and the gateway in front of it; returns the gateway URL."""
+def start_servers(opts: DemoOptions, children: Children, salt: Path, capture: Path,
+                  display: Display) -> tuple[str, str]:
+    """Step 1: the simulated production server and the gateway in front of it; returns the gateway's proxy
+    URL and its admin URL (/slogate/status)."""
     from slogate.replay.target import sim_args
 
-    sim_port, gateway_port = free_port(), free_port()
-    while gateway_port == sim_port:
-        gateway_port = free_port()
+    sim_port, gateway_port, admin_port = free_port(), free_port(), free_port()
+    while len({sim_port, gateway_port, admin_port}) < 3:
+        gateway_port, admin_port = free_port(), free_port()
     sim_url, gateway_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gateway_port}"
+    admin_url = f"http://127.0.0.1:{admin_port}"
     display.say(f"step 1/4  starting slogate sim ({opts.baseline.target}) on {sim_url}")
     display.say(f"          and slogate gateway on {gateway_url} (SLO {opts.slo}, capture on)")
     sim = children.start("sim", ["sim", *sim_args(opts.baseline.opts), "--port", str(sim_port),
                                  "--seed", str(opts.seed)])
     gateway = children.start("gateway", [
-        "gateway", "--listen", f"127.0.0.1:{gateway_port}", "--upstream", sim_url, "--slo", opts.slo,
+        "gateway", "--listen", f"127.0.0.1:{gateway_port}", "--admin-listen", f"127.0.0.1:{admin_port}",
+        "--upstream", sim_url, "--slo", opts.slo,
         "--trace-dir", str(capture), "--trace-salt-file", str(salt), "--shutdown-grace", "5",
         "--log-level", "warning"])
     ready_sim = wait_ready(sim, f"{sim_url}/health", READY_S)
     ready_gw = wait_ready(gateway, f"{gateway_url}/readyz", READY_S)
     display.say(f"  sim ready in {ready_sim:.1f} s (pid {sim.pid}), gateway ready in {ready_gw:.1f} s "
-                f"(pid {gateway.pid}); live status: {gateway_url}/slogate/status")
-    if fetch_status(gateway_url) is None:
-        raise UsageError(f"the gateway at {gateway_url} serves no /slogate/status (log: {gateway.log})")
-    return gateway_url
+                f"(pid {gateway.pid}); live status: {admin_url}/slogate/status")
+    if fetch_status(admin_url) is None:
+        raise UsageError(f"the gateway's admin listener {admin_url} serves no /slogate/status (log: {gateway.log})")
+    return gateway_url, admin_url
 
 
 def captured_requests(capture: Path) -> int:

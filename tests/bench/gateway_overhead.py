@@ -107,8 +107,9 @@ def start_proxy(name: str, upstream: Server, tmp: Path) -> Iterator[Server]:
         prefix = BASELINE if name == "slogate-baseline" else [sys.executable, "-m", "slogate"]
         cmd = [*prefix, "gateway", "--listen", f"127.0.0.1:{port}"]
         admin = free_port()
+        cmd += ["--admin-listen", f"127.0.0.1:{admin}"]  # a free port (the default is the proxy port + 1)
         if name == "slogate-w2":
-            cmd += ["--workers", "2", "--admin-listen", f"127.0.0.1:{admin}"]
+            cmd += ["--workers", "2"]
         cmd += [
             "--upstream",
             upstream.url,

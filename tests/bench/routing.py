@@ -136,6 +136,7 @@ def run(fleet: tuple[str, ...], trace: Path, rate: float, n: int, work: Path, la
             ups += ["--upstream", f"{url}#name={gpu}-{i}{pool}"]
         port = sim_port(1)
         cmd = [PY, "-m", "slogate", "gateway", "--listen", f"127.0.0.1:{port}", "--config", str(cfg),
+               "--admin-listen", f"127.0.0.1:{sim_port(1)}",  # a free port, not the default proxy port + 1
                "--slo", SLO, *ups, "--log-level", "warning"]
         gw = stack.enter_context(running(cmd, port, ready_path="/healthz", env={"SLOGATE_TRACE_SALT": "bench"}))
         extra = ["--rate", f"{rate:.3f}", "--max-requests", str(n), "--model", model, *replay_args]

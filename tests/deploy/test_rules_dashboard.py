@@ -29,7 +29,7 @@ GATEWAY_METRICS = {
     "gen_ai_server_time_to_first_token_seconds", "gen_ai_server_time_per_output_token_seconds",
     "gen_ai_server_request_duration_seconds", "gen_ai_client_token_usage",
     "slogate_inter_token_latency_seconds", "slogate_queue_seconds", "slogate_gateway_overhead_seconds",
-    "slogate_requests_total", "slogate_good_requests_total", "slogate_good_output_tokens_total",
+    "slogate_requests_total", "slogate_good_requests_total", "slogate_slo_requests_total", "slogate_good_output_tokens_total",
     "slogate_output_tokens_total", "slogate_input_tokens_total", "slogate_inflight_requests",
     "slogate_inflight_tokens", "slogate_trace_records_total", "slogate_event_loop_lag_seconds",
     "slogate_routing_decisions_total", "slogate_upstream_healthy", "slogate_retries_total",

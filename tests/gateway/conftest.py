@@ -27,7 +27,7 @@ def llama_server() -> Iterator[Server]:
 class PrometheusForGateway:
     """A running Prometheus (`url`, scrape job `job`) that scrapes 127.0.0.1:`target_port` every 1 s.
 
-    Start the gateway under test (or its admin listener) on `target_port`.
+    Start the gateway's admin listener (`--admin-listen 127.0.0.1:target_port`) there.
     """
 
     url: str

@@ -53,7 +53,7 @@ def test_disk_full_is_logged_once_per_episode_and_recovery_once(tmp_path: Path) 
                                     {"Content-Type": "application/json"})[0] == 200
 
         def counts() -> tuple[float, float]:
-            samples = metric_samples(gw.url)
+            samples = metric_samples(gw.admin_url)
             return (metric_sum(samples, "slogate_trace_records_total", outcome="written"),
                     metric_sum(samples, "slogate_trace_records_total", outcome="dropped"))
 

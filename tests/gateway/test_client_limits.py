@@ -71,11 +71,11 @@ def test_250_slowloris_sockets_under_a_200_fd_limit_leave_the_gateway_serving():
         with sockets(gw.port, 250, PARTIAL) as idle:
             for _ in range(5):  # while all 250 are open: served, not reset
                 assert ok(gw.port)
-            samples = metric_samples(gw.url)
+            samples = metric_samples(gw.admin_url)
             assert metric_sum(samples, "slogate_client_connections_shed_total", action="evicted_idle") >= 250 - 200
             assert metric_sum(samples, "slogate_client_connections") <= 200 - 64
             assert closed_by_peer(idle[-1], 10) == b""  # the header deadline closes the last one too
-        assert poll(lambda: metric_sum(metric_samples(gw.url), "slogate_client_timeouts_total", phase="header") >= 1)
+        assert poll(lambda: metric_sum(metric_samples(gw.admin_url), "slogate_client_timeouts_total", phase="header") >= 1)
         assert ok(gw.port)
 
 
@@ -111,7 +111,7 @@ def test_idle_keepalive_connections_close_after_seconds_not_an_hour():
             assert answer is not None and answer.endswith(hostile_upstream.body_for(b"k"))
             assert closed_by_peer(silent, 10) == b""
             assert time.monotonic() - t0 < 5
-        assert metric_sum(metric_samples(gw.url), "slogate_client_timeouts_total", phase="idle") >= 2
+        assert metric_sum(metric_samples(gw.admin_url), "slogate_client_timeouts_total", phase="idle") >= 2
 
 
 @pytest.mark.slow  # 2,000 connections: ~12 s

@@ -162,7 +162,7 @@ def test_upstream_error_status_is_relayed(setup):
     _sim, gw, _ = setup
     status, _, raw = http_request(gw.url, "POST", CHAT, body(), {"x-slogate-fault": "error=503"})
     assert status == 503 and b"error" in raw
-    samples = metric_samples(gw.url)
+    samples = metric_samples(gw.admin_url)
     assert metric_sum(samples, "slogate_requests_total", status_class="5xx") >= 1
     assert metric_sum(samples, "slogate_inflight_requests") == 0
 

@@ -51,7 +51,7 @@ def test_otlp_metrics_match_the_metrics_endpoint(otlp) -> None:
                     "stream": stream}
             assert http_request(gw.url, "POST", "/v1/chat/completions", orjson.dumps(body),
                                 {"Content-Type": "application/json"})[0] == 200
-        samples = metric_samples(gw.url)
+        samples = metric_samples(gw.admin_url)
         wait_for(lambda: any(_duration_count(m) == 3 for _, m in _exports(otlp)), timeout=15)
     service, metrics = next((s, m) for s, m in _exports(otlp) if _duration_count(m) == 3)
     assert service == "gw-metrics"

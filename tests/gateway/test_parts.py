@@ -9,12 +9,11 @@ import time
 from time import perf_counter_ns
 
 import orjson
-from multidict import CIMultiDict
 from prometheus_client.parser import text_string_to_metric_families
 
 from slogate.gateway.config import Timeouts
 from slogate.gateway.errors import json_error, sse_error
-from slogate.gateway.headers import forward_request_headers, forward_response_headers
+from slogate.gateway.headers import RequestFields, forward_request_fields, forward_response_fields
 from slogate.gateway.live_metrics import LiveMetrics, MetricsCollector, make_registry, render
 from slogate.gateway.logs import RedactFilter
 from slogate.gateway.overhead import Overhead
@@ -22,6 +21,7 @@ from slogate.gateway.status import StatusWindow
 from slogate.gateway.timeouts import Deadlines, Watchdog, limits_ns
 from slogate.gateway.upstream import Upstream
 from slogate.traces.histogram import Histogram
+from slogate.traces.http1 import parse_head
 from slogate.traces.record import RequestRecord
 from slogate.traces.slo import parse_slo
 
@@ -113,14 +113,23 @@ def test_error_shapes():
 
 
 def test_header_forwarding_drops_hop_by_hop():
-    h = CIMultiDict([("Host", "a"), ("Connection", "keep-alive, X-Private"), ("X-Private", "1"),
-                     ("Keep-Alive", "5"), ("Transfer-Encoding", "chunked"), ("Content-Length", "3"),
-                     ("Authorization", "Bearer k"), ("X-Custom", "1"), ("X-Custom", "2"), ("TE", "trailers")])
-    out = forward_request_headers(h)
-    assert sorted(out.items()) == [("Authorization", "Bearer k"), ("X-Custom", "1"), ("X-Custom", "2")]
-    resp = forward_response_headers(CIMultiDict([("Content-Length", "9"), ("Content-Type", "x"), ("Upgrade", "h2c")]),
-                                    drop_length=True)
-    assert list(resp.items()) == [("Content-Type", "x")]
+    raw = [(b"Host", b"a"), (b"Connection", b"keep-alive, X-Private"), (b"X-Private", b"1"),
+           (b"Keep-Alive", b"5"), (b"Transfer-Encoding", b"chunked"), (b"Content-Length", b"3"),
+           (b"Authorization", b"Bearer k"), (b"X-Custom", b"1"), (b"x-custom", b"2"), (b"TE", b"trailers"),
+           (b"X-Latin", b"caf\xe9"), (b"X-Slogate-Priority", b"9")]
+    h = RequestFields([(k.lower(), k, v) for k, v in raw])
+    assert h.control and h.get("x-custom") == "1" and h.getall("X-CUSTOM") == ["1", "2"]
+    out = forward_request_fields(h)
+    assert out == (b"Authorization: Bearer k\r\nX-Custom: 1\r\nx-custom: 2\r\nX-Latin: caf\xe9\r\n"
+                   b"X-Slogate-Priority: 9\r\n")
+    assert b"X-Slogate" not in forward_request_fields(h.without_control())
+    assert not h.without_control().control
+    head = parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nContent-Type: x\r\nUpgrade: h2c\r\n"
+                      b"Connection: X-Private\r\nX-Private: 1\r\nX-Latin: caf\xe9 \xc3\xa9")
+    # hop-by-hop and Connection-named fields go; every other field's bytes are passed on unchanged
+    assert forward_response_fields(head, drop_length=True) == b"Content-Type: x\r\nX-Latin: caf\xe9 \xc3\xa9\r\n"
+    assert forward_response_fields(head, drop_length=False) == (
+        b"Content-Length: 9\r\nContent-Type: x\r\nX-Latin: caf\xe9 \xc3\xa9\r\n")
 
 
 def test_upstream_name_hides_credentials():

@@ -72,7 +72,7 @@ def _ttft_bucket_bounds(metrics_url: str) -> list[float]:
 async def test_promql_ttft_quantile_and_goodput_rate(prometheus) -> None:
     with (
         start_sim(timing="constant", ttft_ms=SIM_TTFT_MS, itl_ms=SIM_ITL_MS) as sim,
-        start_gateway(sim.url, port=prometheus.target_port, slos=[SLO]) as gw,
+        start_gateway(sim.url, slos=[SLO], extra_args=["--admin-listen", f"127.0.0.1:{prometheus.target_port}"]) as gw,
     ):
         model = json.load(urllib.request.urlopen(sim.url + "/v1/models", timeout=5))["data"][0]["id"]
         wait_scraped(prometheus.url, prometheus.job, scrapes=2)
@@ -101,7 +101,7 @@ async def test_promql_ttft_quantile_and_goodput_rate(prometheus) -> None:
             at=at,
         )
         good_rate = promql(prometheus.url, "rate(slogate_good_requests_total[1m])", at=at)
-        bounds = _ttft_bucket_bounds(gw.url + "/metrics")
+        bounds = _ttft_bucket_bounds(gw.admin_url + "/metrics")
 
     print(
         f"PromQL TTFT p99 {ttft_p99:.4f} s; good rate {good_rate[0]['value'][1]}/s for {len(good)} good in 1m"

@@ -52,8 +52,8 @@ def body(max_tokens: int = 100, prompt: str = "hello there", stream: bool = True
                          "messages": [{"role": "user", "content": prompt}]})
 
 
-def decisions(gw_url: str) -> dict[str, float]:
-    samples = metric_samples(gw_url)
+def decisions(admin_url: str) -> dict[str, float]:
+    samples = metric_samples(admin_url)
     return {lab["upstream"]: v for lab, v in samples.get("slogate_routing_decisions_total", [])}
 
 
@@ -104,11 +104,11 @@ async def test_policy_choice_under_controlled_load(policy, expect):
     with sims(2, **SLOW) as sim, start_gateway(named(sim.urls), "--policy", policy) as gw:
         async with aiohttp.ClientSession() as s:
             tasks = [await start_held(s, gw.url, body(1000))]
-            big = max(decisions(gw.url).items(), key=lambda kv: kv[1])[0]
+            big = max(decisions(gw.admin_url).items(), key=lambda kv: kv[1])[0]
             for _ in range(3):
                 tasks.append(await start_held(s, gw.url, body(100)))
-            got = decisions(gw.url)
-            status = get_json(gw.url + "/slogate/status")["routing"]
+            got = decisions(gw.admin_url)
+            status = get_json(gw.admin_url + "/slogate/status")["routing"]
             await cancel_all(tasks)
     other = "u1" if big == "u0" else "u0"
     assert {"u0": got.get(big, 0), "u1": got.get(other, 0)} == expect
@@ -124,8 +124,8 @@ async def test_weighted_round_robin_and_status():
             status, _, _ = http_request(gw.url, "POST", "/v1/chat/completions", body(4, stream=False),
                                         {"Content-Type": "application/json"})
             assert status == 200
-        assert decisions(gw.url) == {"u0": 4, "u1": 2, "u2": 2}
-        up = get_json(gw.url + "/slogate/status")["routing"]["upstreams"]
+        assert decisions(gw.admin_url) == {"u0": 4, "u1": 2, "u2": 2}
+        up = get_json(gw.admin_url + "/slogate/status")["routing"]["upstreams"]
         assert [u["weight"] for u in up] == [2.0, 1.0, 1.0] and all(u["inflight_requests"] == 0 for u in up)
 
 
@@ -134,19 +134,19 @@ async def test_prefix_affinity_sticky_and_bounded():
         owners: dict[int, set[str]] = {}
         for rep in range(3):
             for p in range(4):
-                before = decisions(gw.url)
+                before = decisions(gw.admin_url)
                 status, _, _ = http_request(gw.url, "POST", "/v1/chat/completions",
                                             body(2, prompt=f"system prompt number {p} " * 60 + f"turn {rep}",
                                                  stream=False), {"Content-Type": "application/json"})
                 assert status == 200
-                after = decisions(gw.url)
+                after = decisions(gw.admin_url)
                 owners.setdefault(p, set()).update(k for k in after if after[k] != before.get(k, 0))
         assert all(len(v) == 1 for v in owners.values()), owners  # each prefix always on one replica
         # Bounded load: many concurrent requests sharing one hot prefix spread beyond its owner.
-        before = decisions(gw.url)
+        before = decisions(gw.admin_url)
         async with aiohttp.ClientSession() as s:
             tasks = [await start_held(s, gw.url, body(100, prompt="hot prefix " * 200)) for _ in range(9)]
-            after = decisions(gw.url)
+            after = decisions(gw.admin_url)
             await cancel_all(tasks)
         used = [k for k in after if after[k] > before.get(k, 0)]
         assert len(used) >= 2, after
@@ -161,7 +161,7 @@ async def test_scraped_engine_load_corrects_least_tokens():
             direct = [asyncio.create_task(hold(s, sim.urls[0], body(400))) for _ in range(4)]
 
             def waiting() -> bool:
-                u0 = get_json(gw.url + "/slogate/status")["routing"]["upstreams"][0]
+                u0 = get_json(gw.admin_url + "/slogate/status")["routing"]["upstreams"][0]
                 return bool(u0["scraped"] and u0["scraped"]["waiting"] >= 2)
 
             assert await until(waiting)
@@ -169,7 +169,7 @@ async def test_scraped_engine_load_corrects_least_tokens():
                 status, _, _ = http_request(gw.url, "POST", "/v1/chat/completions", body(2, stream=False),
                                             {"Content-Type": "application/json"})
                 assert status == 200
-            got = decisions(gw.url)
+            got = decisions(gw.admin_url)
             await cancel_all(direct)
     assert got == {"u1": 4}
 
@@ -183,21 +183,21 @@ async def test_pool_rules_route_long_and_short_and_readiness():
                           "--health-interval", "0.2") as gw:
         cases = [("x" * 100, 10, "short"), ("x" * 5000, 10, "long"), ("x" * 100, 600, "long"), ("x" * 3000, 499, "short")]
         for prompt, max_tokens, where in cases:
-            before = decisions(gw.url)
+            before = decisions(gw.admin_url)
             status, _, _ = http_request(gw.url, "POST", "/v1/chat/completions",
                                         body(max_tokens, prompt=prompt, stream=False),
                                         {"Content-Type": "application/json"})
             assert status == 200
-            after = decisions(gw.url)
+            after = decisions(gw.admin_url)
             assert [k for k in after if after[k] != before.get(k, 0)] == [where], (prompt[:10], max_tokens)
-        samples = metric_samples(gw.url)
+        samples = metric_samples(gw.admin_url)
         assert metric_sum(samples, "slogate_routing_decisions_total", pool="long") == 2
         assert http_request(gw.url, "GET", "/readyz")[0] == 200
         long.stop(signal.SIGKILL)
         assert wait_for(lambda: http_request(gw.url, "GET", "/readyz")[0] == 503, timeout=10)
-        status = get_json(gw.url + "/slogate/status")["routing"]
+        status = get_json(gw.admin_url + "/slogate/status")["routing"]
         assert status["pools"]["long"]["healthy"] == 0 and not status["ready"]
-        assert metric_sum(metric_samples(gw.url), "slogate_upstream_healthy", upstream="long") == 0
+        assert metric_sum(metric_samples(gw.admin_url), "slogate_upstream_healthy", upstream="long") == 0
 
 
 # ------------------------------------------------- health, ejection, retries
@@ -218,15 +218,15 @@ async def test_killed_replica_is_ejected_nothing_unstarted_is_lost_and_it_return
             for _ in range(5):  # requests sent after the kill: connect refused -> retried elsewhere
                 ok += await burst(12)
             assert len(ok) == 60
-            samples = metric_samples(gw.url)
+            samples = metric_samples(gw.admin_url)
             assert metric_sum(samples, "slogate_ejections_total", upstream="b") >= 1
             assert metric_sum(samples, "slogate_retries_total") >= 1
-            assert wait_for(lambda: not get_json(gw.url + "/slogate/status")["routing"]["upstreams"][1]["healthy"])
+            assert wait_for(lambda: not get_json(gw.admin_url + "/slogate/status")["routing"]["upstreams"][1]["healthy"])
             with start_sim(timing="constant", ttft_ms=5, itl_ms=5, port=b.port):
-                assert wait_for(lambda: get_json(gw.url + "/slogate/status")["routing"]["upstreams"][1]["healthy"])
-                before = decisions(gw.url).get("b", 0)
+                assert wait_for(lambda: get_json(gw.admin_url + "/slogate/status")["routing"]["upstreams"][1]["healthy"])
+                before = decisions(gw.admin_url).get("b", 0)
                 assert len(await burst(12)) == 12
-                assert decisions(gw.url)["b"] >= before + 3  # back in the rotation
+                assert decisions(gw.admin_url)["b"] >= before + 3  # back in the rotation
 
 
 async def test_503_before_first_byte_is_retried_on_another_upstream_then_ejected():
@@ -237,7 +237,7 @@ async def test_503_before_first_byte_is_retried_on_another_upstream_then_ejected
         async with aiohttp.ClientSession() as s:
             results = [await hold(s, gw.url, body(3)) for _ in range(10)]
         assert all(st == 200 for st, _ in results)
-        samples = metric_samples(gw.url)
+        samples = metric_samples(gw.admin_url)
         assert metric_sum(samples, "slogate_retries_total", reason="http_503") >= 3
         assert metric_sum(samples, "slogate_ejections_total", upstream="dead", reason="http_503") == 1
         assert metric_sum(samples, "slogate_upstream_healthy", upstream="dead") == 0
@@ -253,7 +253,7 @@ async def test_admission_queue_then_429_with_retry_after():
             t0 = time.monotonic()
             queued = [asyncio.create_task(hold(s, gw.url, body(5))) for _ in range(2)]
             await asyncio.sleep(0.1)
-            depth = metric_sum(metric_samples(gw.url), "slogate_queue_depth")
+            depth = metric_sum(metric_samples(gw.admin_url), "slogate_queue_depth")
             st, headers, data = await asyncio.to_thread(http_request, gw.url, "POST", "/v1/chat/completions",
                                                         body(5), {"Content-Type": "application/json"})
             timed_out = await asyncio.gather(*queued)
@@ -265,11 +265,11 @@ async def test_admission_queue_then_429_with_retry_after():
         assert err["code"] == "queue_full" and err["type"] == "rate_limit_exceeded" and "message" in err
         assert [t[0] for t in timed_out] == [429, 429] and 0.45 < waited < 3
         assert orjson.loads(timed_out[0][1])["error"]["code"] == "queue_timeout"
-        samples = metric_samples(gw.url)
+        samples = metric_samples(gw.admin_url)
         assert metric_sum(samples, "slogate_rejections_total", reason="queue_full") == 1
         assert metric_sum(samples, "slogate_rejections_total", reason="queue_timeout") == 2
         assert metric_sum(samples, "slogate_queue_seconds_count") >= 2  # rejections carry their queue time
-        window = get_json(gw.url + "/slogate/status")["windows"]["1m"]
+        window = get_json(gw.admin_url + "/slogate/status")["windows"]["1m"]
         assert window["slos"]["default"]["attainment"] is not None and window["slos"]["default"]["attainment"] < 1
 
 
@@ -306,7 +306,7 @@ async def test_client_leaving_the_admission_queue_is_recorded_as_499(tmp_path):
                 async with s.post(gw.url + "/v1/chat/completions", data=body(5), timeout=impatient,
                                   headers={"Content-Type": "application/json"}) as resp:
                     await resp.read()
-            assert await until(lambda: metric_sum(metric_samples(gw.url), "slogate_queue_depth") == 0)
+            assert await until(lambda: metric_sum(metric_samples(gw.admin_url), "slogate_queue_depth") == 0)
             await cancel_all([running])
         records = trace_records(traces, 2)
     gone = [r for r in records if r.status == 499 and r.queue is not None and r.queue > 0]

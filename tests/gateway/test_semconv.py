@@ -34,7 +34,7 @@ def test_semconv_labels_on_every_genai_series_from_a_real_gateway() -> None:
             status, _, _ = http_request(gw.url, "POST", path, orjson.dumps({"model": SIM_MODEL, "max_tokens": 3, **body}),
                                         {"Content-Type": "application/json"})
             assert status == 200, path
-        samples = metric_samples(gw.url)
+        samples = metric_samples(gw.admin_url)
     genai = [(name, labels) for name, ss in samples.items() if name.startswith("gen_ai_") for labels, _ in ss]
     assert len({name for name, _ in genai}) >= 4 * 3  # four families × _bucket/_sum/_count
     for name, labels in genai:
@@ -88,7 +88,7 @@ def test_response_model_is_the_upstreams_model() -> None:
             status, _, _ = http_request(gw.url, "POST", "/v1/chat/completions", orjson.dumps(body),
                                         {"Content-Type": "application/json"})
             assert status == 200
-        samples = metric_samples(gw.url)
+        samples = metric_samples(gw.admin_url)
     pairs = [(labels["gen_ai_request_model"], labels["gen_ai_response_model"], n)
              for labels, n in samples["gen_ai_server_request_duration_seconds_count"]]
     assert pairs == [("none", SIM_MODEL, 2.0)]

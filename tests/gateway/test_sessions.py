@@ -136,3 +136,54 @@ def test_bad_session_settings_name_the_key() -> None:
     with pytest.raises(UsageError, match=r"--session-window"):
         build_config({"upstreams": ["http://127.0.0.1:1"], "trace": {"session_window": 0}})
     assert parse_sources("prefix,header") == ("prefix", "header")
+
+
+def _conversations(n: int, turns: int, *, keyed: bool) -> list[tuple[RequestRecord, dict, str | None]]:
+    """`n` interleaved conversations of `turns` turns (each turn the whole conversation so far), keyed
+    by `--session-header` or found by prefix continuation only; 0.1 s of think time between turns."""
+    items = []
+    for k in range(turns):
+        for i in range(n):
+            said = [f"conversation {i} turn {j}" if j % 2 == 0 else "ok" for j in range(2 * k + 1)]
+            items.append((_rec(k * 2.0 + i * 0.01, 1.0), _chat(*said), f"conv-{i}" if keyed else None))
+    return items
+
+
+def _captured(cap: Capture, items: list[tuple[RequestRecord, dict, str | None]]) -> dict[str, list[RequestRecord]]:
+    cap.start()
+    for record, body, header in items:
+        cap.submit(record, body, header)
+    cap.close()
+    by: dict[str, list[RequestRecord]] = {}
+    for r in read_trace(cap.writer.config.directory).records:
+        by.setdefault(r.session, []).append(r)
+    return by
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["header", "prefix"])
+def test_trace_sample_keeps_or_drops_whole_sessions(tmp_path, monkeypatch, keyed) -> None:
+    """--trace-sample 0.5 over 60 conversations of 4 turns: about half the sessions are captured, each
+    with all its turns (a keyed session by a salted digest of its key, a prefix session once the writer
+    knows it); the same seed captures the same sessions, another seed others."""
+    monkeypatch.setenv("SLOGATE_TRACE_SALT", "s")
+    items = _conversations(60, 4, keyed=keyed)
+    header = {"session_header": "X-Session-Id"} if keyed else {}
+    by = _captured(_capture(tmp_path / "a", sample=0.5, seed=1, **header), items)
+    assert 18 <= len(by) <= 42, len(by)  # binomial(60, 0.5): ±3.9 sd
+    for turns in by.values():
+        assert [r.turn for r in turns] == [0, 1, 2, 3] and all(r.parent_session is None for r in turns)
+        assert [round(r.think, 6) for r in turns[1:]] == [1.0, 1.0, 1.0]
+    cap = _capture(tmp_path / "b", sample=0.5, seed=1, **header)
+    again = _captured(cap, _conversations(60, 4, keyed=keyed))
+    assert cap.sampled_out == 4 * (60 - len(by))
+    firsts = lambda b: sorted(round(t[0].t, 3) for t in b.values())  # noqa: E731 (which conversations)
+    assert firsts(again) == firsts(by)
+    other = _captured(_capture(tmp_path / "c", sample=0.5, seed=2, **header), _conversations(60, 4, keyed=keyed))
+    assert firsts(other) != firsts(by)
+
+
+def test_trace_sample_without_sessions_samples_requests(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SLOGATE_TRACE_SALT", "s")
+    by = _captured(_capture(tmp_path, sample=0.5, seed=1, session_from="off"), _conversations(60, 4, keyed=False))
+    kept = sum(len(t) for t in by.values())
+    assert set(by) == {None} and 90 <= kept <= 150, kept  # binomial(240, 0.5): ±3.9 sd

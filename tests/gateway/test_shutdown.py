@@ -87,9 +87,9 @@ def test_kill_9_leaves_readable_segments(tmp_path):
         threads = [threading.Thread(target=load) for _ in range(3)]
         for t in threads:
             t.start()
-        assert wait_for(lambda: metric_sum(metric_samples(gw.url), "slogate_trace_records_total",
+        assert wait_for(lambda: metric_sum(metric_samples(gw.admin_url), "slogate_trace_records_total",
                                            outcome="written") >= 30, timeout=15)
-        written = metric_sum(metric_samples(gw.url), "slogate_trace_records_total", outcome="written")
+        written = metric_sum(metric_samples(gw.admin_url), "slogate_trace_records_total", outcome="written")
         gw.proc.kill()
         gw.proc.wait(5)
         stop.set()

@@ -276,15 +276,15 @@ def test_workers_config_values():
     for bad in (0, -1, "many", True):
         with pytest.raises(UsageError, match=r"gateway\.workers \(--workers\)"):
             build_config({**base, "workers": bad})
-    with pytest.raises(UsageError, match="needs admin_listen"):
-        build_config({"upstreams": ["http://127.0.0.1:9"], "workers": 2})
+    with pytest.raises(UsageError, match="needs its own admin_listen"):
+        build_config({"upstreams": ["http://127.0.0.1:9"], "workers": 2, "admin_listen": "proxy"})
 
 
-def test_workers_without_admin_listen_is_a_usage_error():
+def test_workers_with_admin_on_the_proxy_port_is_a_usage_error():
     out = subprocess.run([sys.executable, "-m", "slogate", "gateway", "--upstream", "http://127.0.0.1:9",
-                          "--workers", "2"], capture_output=True, text=True, timeout=30)
+                          "--workers", "2", "--admin-listen", "proxy"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 2
-    assert out.stderr.strip().count("\n") == 0 and "--admin-listen" in out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "--admin-listen" in out.stderr and "not proxy" in out.stderr
 
 
 def test_merge_sums_counters_and_histograms_and_keeps_shared_gauges():

@@ -199,7 +199,7 @@ def test_signal_mid_run_stops_every_process(tmp_path: Path, sig: int, status: in
         text = "".join(lines)
         assert re.search(r"^\s+\[\s*\d+s\] ", text, re.M), text
         ports = [int(p) for p in re.findall(r"http://127\.0\.0\.1:(\d+)", text.split("step 2/4")[0])]
-        assert len(set(ports)) == 2 and all(port_open(p) for p in ports), text
+        assert len(set(ports)) == 3 and all(port_open(p) for p in ports), text  # sim, gateway, its admin listener
         started = descendants(proc.pid)
         assert len(started) >= 3, started  # sim, gateway, replay client (+ its workers)
 

@@ -192,12 +192,14 @@ def test_bundled_agentic_sample_replays_on_llama31_70b() -> None:
 
 def test_sim_prefix_hit_rate_matches_the_ideal_and_drops_when_kv_is_small() -> None:
     from slogate.traces import formats
-    from slogate.traces.stats import trace_stats
+    from slogate.traces.stats import block_tokens, trace_stats
 
     files = sorted((SAMPLES / "agentic").glob("*.json"))
-    ideal = trace_stats(formats.load(files, "agentic")[1]).ideal_prefix_reuse
+    header, records = formats.load(files, "agentic")
+    ideal = trace_stats(records, block_tokens=block_tokens(header)).ideal_prefix_reuse
     w = _workload(files)
     roomy = replay(w, ReplayOptions(target="sim:h200/llama-3.1-70b?tp=4", virtual=True))
+    print(f"prefix reuse: ideal {ideal:.3f}, sim hit rate {roomy.results.prefix_cache_hit_rate:.3f}")
     assert ideal is not None and abs(roomy.results.prefix_cache_hit_rate - ideal) < 0.02
     assert roomy.sim_stats["preemptions"] == 0
     small = replay(w, ReplayOptions(target="sim:h200/llama-3.1-70b?tp=4&kv_blocks=400", virtual=True))
@@ -280,3 +282,16 @@ def test_http_sessions_split_over_worker_processes(tmp_path) -> None:
     _check_structure(out.records)
     # order and think times (recorded timing would be ~60 ms off per turn); 3 processes share 2 cores here
     assert max(abs(g) for g in _gaps(out.records)) < 0.05
+
+
+def test_session_header_value_is_opaque_per_run_and_the_flag_is_checked() -> None:
+    from slogate.replay.cli.replay import session_header
+    from slogate.replay.sessions import header_value
+    from slogate.traces.usage import UsageError
+
+    a = header_value("run1", "conv-a")
+    assert a == header_value("run1", "conv-a") and len(a) == 16 and "conv" not in a
+    assert a != header_value("run1", "conv-b") and a != header_value("run2", "conv-a")
+    assert session_header("X-Session-Id") == "X-Session-Id" and session_header("off") is None
+    with pytest.raises(UsageError, match="bad --session-header 'X Session'"):
+        session_header("X Session")

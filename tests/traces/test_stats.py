@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from slogate.traces import formats, samples
-from slogate.traces.record import RequestRecord
+from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.stats import trace_stats
 
 
@@ -38,3 +38,16 @@ def test_samples() -> None:
     assert m.requests == 1750 and m.prefix_reuse == pytest.approx(0.284, abs=0.001)
     b = trace_stats(formats.load(samples.path(samples.BURSTGPT))[1])
     assert b.requests == 54 and b.duration_s == 3293.0 and b.errors == 3
+
+
+def test_ideal_prefix_reuse_counts_matched_full_blocks_only() -> None:
+    """With a known block size a request reuses min(k × block_tokens, input) tokens: the tokens after
+    its last matching full block (the partial block at a turn's end) are new, as in vLLM's prefix cache."""
+    from slogate.traces.stats import block_tokens, ideal_prefix_reuse
+
+    first = RequestRecord(t=0.0, input_tokens=150, hash_ids=[1, 2])  # 2 full 64-token blocks + 22 tokens
+    second = RequestRecord(t=1.0, input_tokens=200, hash_ids=[1, 2, 3])  # its first 2 blocks continue the first
+    assert ideal_prefix_reuse([first, second], 64) == pytest.approx(128 / 350)
+    assert ideal_prefix_reuse([first, second]) == pytest.approx(200 * 2 / 3 / 350)  # block size unknown
+    assert block_tokens(TraceHeader(block_size=256, block_unit="bytes")) == 64
+    assert block_tokens(TraceHeader(block_size=16, block_unit="tokens")) == 16
