@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from slogate.gateway.cli import _run, build_parser, overrides
-from slogate.gateway.config import build_config, merge, read_toml
+from slogate.gateway.config import ADMIN_ON_PROXY, build_config, merge, read_toml
 from slogate.traces.usage import UsageError
 
 EXAMPLES = """\
@@ -43,7 +43,8 @@ def epp_parser() -> argparse.ArgumentParser:
     p.description = ("Endpoint Picker for Envoy (ext_proc gRPC): picks the endpoint of each LLM request with "
                      "slogate's routing, measures its response with the gateway's stream observer, exports the "
                      "gateway's metrics and captures its trace. --listen is the gRPC address (default "
-                     "0.0.0.0:9002); --admin-listen serves /metrics, /slogate/status, /healthz (default 0.0.0.0:9090).")
+                     "0.0.0.0:9002); --admin-listen serves /metrics, /slogate/status, /healthz, /readyz (default 'auto': "
+                     "127.0.0.1 on the gRPC port + 1).")
     p.epilog = EXAMPLES
     p.add_argument("--endpoint", metavar="IP:PORT", action="append", dest="endpoints", default=[],
                    help="an endpoint of the pool (repeat); also an upstream URL with #pool=...,weight=... options")
@@ -72,8 +73,10 @@ def config_of(args: argparse.Namespace) -> Any:
         raise UsageError("no endpoint: give --endpoint IP:PORT (repeat) or --endpoints-file PATH")
     flags["upstreams"] = urls or None
     flags["listen"] = args.listen or "0.0.0.0:9002"
-    flags["admin_listen"] = args.admin_listen or "0.0.0.0:9090"
-    return build_config(merge(base, flags))
+    cfg = build_config(merge(base, flags))
+    if cfg.admin_listen == ADMIN_ON_PROXY:
+        raise UsageError('--admin-listen "proxy": the EPP\'s --listen is gRPC; give "auto" or HOST:PORT')
+    return cfg
 
 
 def _main(argv: list[str]) -> int:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from slogate.gateway import http_server
-from slogate.gateway.config import GatewayConfig, parse_hostport
+from slogate.gateway.config import GatewayConfig, admin_address, parse_hostport
 from slogate.gateway.epp import messages as m
 from slogate.gateway.epp.endpoints import EndpointsFile
 from slogate.gateway.epp.exchange import EppExchange
@@ -81,15 +81,16 @@ async def serve(cfg: GatewayConfig, *, endpoints_file: str | None = None, stop: 
     watcher = EndpointsFile(endpoints_file, gateway, picker) if endpoints_file else None
     try:
         await server.start()
-        if cfg.admin_listen is not None:
-            ahost, aport = parse_hostport(cfg.admin_listen, key="admin_listen")
+        where = admin_address(cfg)  # the CLI refuses "proxy": --listen is gRPC
+        if where is not None:
+            ahost, aport = where
             admin = http_server.protocol_factory(gateway.admin_handler, max_body=cfg.max_body_bytes, limits=None)
             admin_server = (await http_server.start_server(admin, ahost, aport, backlog=128), admin.registry)
         if watcher is not None:
             watcher.start()
         ups = ", ".join(s.name for s in gateway.router.states)
         trace = f"trace to {cfg.trace.dir}" if cfg.trace.dir else "no trace capture"
-        log.info("ext_proc on %s → %s; admin on %s; %s", cfg.listen, ups, cfg.admin_listen, trace)
+        log.info("ext_proc on %s → %s; admin on %s:%s; %s", cfg.listen, ups, *(where or ("-", "-")), trace)
         await stop.wait()
         log.info("shutting down: %d ext_proc streams open, up to %gs to finish", picker.active, cfg.shutdown_grace)
     finally:
