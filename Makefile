@@ -24,7 +24,7 @@ install: $(VENV)/.installed
 
 # Test install: the test extra plus the real llama.cpp server (compiles llama.cpp once, a few minutes).
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python apt
-	$(PIP) install -q -e '.[test,report,bench]'
+	$(PIP) install -q -e '.[test,report,bench,epp]'
 	CMAKE_BUILD_PARALLEL_LEVEL=2 $(PIP) install -q -e '.[llama]'
 	touch $@
 

@@ -89,7 +89,8 @@ class Gateway:
         self.deadlines = Deadlines()
         self.relay = Relay(cfg, self.router, self.recorder, self.start_ns, self.deadlines)
         self.registry = make_registry(MetricsCollector(self.metrics, self._inflight, self.recorder.trace_counts))
-        self.registry.register(self.router.collector())
+        self.routing_collector = self.router.collector()  # kept: the EPP re-points it when its endpoints change
+        self.registry.register(self.routing_collector)
         self.body_budget = BodyBudget(cfg.max_inflight_body_bytes)  # the proxy port's (gateway.body_budget)
         self.registry.register(self.body_budget.collector())
         if cfg.otel:  # the same families over OTLP (gateway/otel_metrics.py); a lifecycle sink: the recorder

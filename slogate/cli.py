@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "trace": ("slogate.traces.trace_cli", "inspect, validate and convert trace files (slogate, Mooncake, Azure, BurstGPT)"),
     "sim": ("slogate.replay.sim.cli", "simulated continuous-batching LLM engine behind the OpenAI API"),
     "gateway": ("slogate.gateway.cli", "sidecar proxy: relay, measure, export goodput metrics, capture traces"),
+    "epp": ("slogate.gateway.epp.cli", "endpoint picker for Envoy (ext_proc gRPC): route, measure and capture behind Envoy"),
     "replay": ("slogate.replay.cli.replay", "replay a trace against a target and report throughput, goodput, latency"),
     "compare": ("slogate.replay.cli.compare", "compare two or more replay results; exit 1 when a bound is broken"),
     "sweep": ("slogate.replay.cli.sweep", "run a replay per speed/rate/concurrency point and find the knee"),

@@ -1,4 +1,4 @@
-"""JSON Schemas for the custom-resource kinds under deploy/ (Prometheus Operator, KEDA).
+"""JSON Schemas for the custom-resource kinds under deploy/ (Prometheus Operator, KEDA, Gateway API).
 
 kubernetes-validate ships schemas for built-in kinds only and skips the rest, so these are written
 here: the fields these manifests use and their siblings, unknown keys rejected, types as the CRDs
@@ -114,7 +114,36 @@ SCALED_OBJECT = _resource("keda.sh/v1alpha1", "ScaledObject", _obj({
     "triggers": {"type": "array", "minItems": 1, "items": TRIGGER},
 }, ("scaleTargetRef", "triggers")))
 
-SCHEMAS = {"ServiceMonitor": SERVICE_MONITOR, "PrometheusRule": PROMETHEUS_RULE, "ScaledObject": SCALED_OBJECT}
+PORT_NUMBER = {"type": "integer", "minimum": 1, "maximum": 65535}
+# Gateway API Inference Extension v1 and Gateway API v1 (deploy/kubernetes/epp/gateway-api)
+INFERENCE_POOL = _resource("inference.networking.k8s.io/v1", "InferencePool", _obj({
+    "selector": _obj({"matchLabels": {**STR_MAP, "minProperties": 1}}, ("matchLabels",)),
+    "targetPorts": {"type": "array", "minItems": 1, "maxItems": 8, "items": _obj({"number": PORT_NUMBER}, ("number",))},
+    "appProtocol": {"enum": ["http", "kubernetes.io/h2c"]},
+    "endpointPickerRef": _obj({"group": {"type": "string"}, "kind": STR, "name": STR,
+                               "port": _obj({"number": PORT_NUMBER}, ("number",)),
+                               "failureMode": {"enum": ["FailOpen", "FailClose"]}}, ("name",)),
+}, ("selector", "targetPorts", "endpointPickerRef")))
+_BACKEND_REF = _obj({"group": {"type": "string"}, "kind": STR, "name": STR, "namespace": DNS_NAME, "port": PORT_NUMBER,
+                     "weight": INT}, ("name",))
+HTTP_ROUTE = _resource("gateway.networking.k8s.io/v1", "HTTPRoute", _obj({
+    "parentRefs": {"type": "array", "items": _obj({"group": {"type": "string"}, "kind": STR, "name": STR,
+                                                   "namespace": DNS_NAME, "sectionName": STR, "port": PORT_NUMBER},
+                                                  ("name",))},
+    "hostnames": {"type": "array", "items": STR},
+    "rules": {"type": "array", "items": _obj({
+        "name": STR,
+        "matches": {"type": "array", "items": _obj({
+            "path": _obj({"type": {"enum": ["Exact", "PathPrefix", "RegularExpression"]}, "value": STR}),
+            "method": STR, "headers": {"type": "array"}, "queryParams": {"type": "array"}})},
+        "backendRefs": {"type": "array", "items": _BACKEND_REF},
+        "timeouts": _obj({"request": DURATION, "backendRequest": DURATION}),
+        "filters": {"type": "array"},
+    })},
+}))
+
+SCHEMAS = {"ServiceMonitor": SERVICE_MONITOR, "PrometheusRule": PROMETHEUS_RULE, "ScaledObject": SCALED_OBJECT,
+           "InferencePool": INFERENCE_POOL, "HTTPRoute": HTTP_ROUTE}
 
 
 def validate(doc: dict[str, Any]) -> None:

@@ -32,7 +32,7 @@ METRIC_SOURCES = [REPO / "gateway" / "live_metrics.py", REPO / "gateway" / "rout
 
 # Kinds that come from CRDs (Prometheus Operator, KEDA): kubernetes-validate ships no schema for
 # them, tests/deploy/crd_schemas.py does.
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "ScaledObject"}
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "ScaledObject", "InferencePool", "HTTPRoute"}
 # `kubectl kustomize` must be kustomize v5 (`labels:`, inline patches): `make apt` installs one.
 MIN_KUSTOMIZE_MAJOR = 5
 # Grafana variables → values a plain PromQL query accepts (as Grafana would expand them for "All").

@@ -26,7 +26,7 @@ from tests.deploy.deployfiles import (
     kustomize_dirs,
 )
 
-APPS = [d for d in kustomize_dirs() if d.name != "replay-job"]  # the directories that deploy llm-server
+APPS = [d for d in kustomize_dirs() if d.name != "replay-job" and "epp" not in d.parts]  # those deploying llm-server
 MULTI = KUBE / "overlays" / "multi-replica"
 KEDA = KUBE / "overlays" / "autoscaling" / "keda"
 HPA = KUBE / "overlays" / "autoscaling" / "hpa"

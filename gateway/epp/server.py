@@ -1,0 +1,104 @@
+"""Accept: the EPP process — the ext_proc gRPC server, the admin HTTP port, startup and shutdown.
+
+The long-lived parts (router, live metrics, status window, capture, recorder, health checks, engine
+metric scraping) are the gateway's own `Gateway` object, so `/metrics`, `/slogate/status` and the trace
+are the gateway's. gRPC is served by grpcio's asyncio server on the same loop. Never relays body bytes
+itself: Envoy forwards what each `EppExchange` answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator
+
+import grpc
+
+from slogate.gateway import http_server
+from slogate.gateway.config import GatewayConfig, admin_address, parse_hostport
+from slogate.gateway.epp import messages as m
+from slogate.gateway.epp.endpoints import EndpointsFile
+from slogate.gateway.epp.exchange import EppExchange
+from slogate.gateway.routing.router import Router
+from slogate.gateway.server import Gateway, _tune_runtime
+
+log = logging.getLogger("slogate.epp")
+
+
+class Picker:
+    """The ext_proc servicer: one `EppExchange` per gRPC stream."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.inject = gateway.cfg.inject_usage
+        self.priority_header = gateway.cfg.routing.priority_header
+        self.recorder = gateway.recorder
+        self.start_ns = gateway.start_ns
+        self.empty = False  # the endpoints file lists none: every request is answered 503
+        self.active = 0  # ext_proc streams open now
+
+    @property
+    def router(self) -> Router:  # the gateway's, replaced when the endpoints file changes
+        return self.gateway.router
+
+    async def process(self, requests: AsyncIterator[m.Incoming],
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        ex = EppExchange(self, inject_usage=self.inject, priority_header=self.priority_header)
+        self.active += 1
+        try:
+            async for req in requests:
+                for resp in await ex.on_message(req):
+                    yield resp
+        finally:
+            self.active -= 1
+            ex.close()
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        method = grpc.stream_stream_rpc_method_handler(
+            self.process, request_deserializer=m.decode, response_serializer=None)  # answers are encoded already
+        return grpc.method_handlers_generic_handler(m.SERVICE, {m.METHOD: method})
+
+
+async def serve(cfg: GatewayConfig, *, endpoints_file: str | None = None, stop: asyncio.Event | None = None) -> None:
+    """Run the EPP until `stop` is set (or SIGTERM/SIGINT): gRPC on `cfg.listen`, admin on `cfg.admin_listen`."""
+    gateway = Gateway(cfg)
+    await gateway.startup()
+    _tune_runtime()
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    picker = Picker(gateway)
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), ("grpc.max_concurrent_streams", 1 << 20)])
+    server.add_generic_rpc_handlers((picker.handler(),))
+    host, port = parse_hostport(cfg.listen, key="listen")
+    if server.add_insecure_port(f"{host}:{port}") == 0:
+        raise OSError(98, f"cannot listen on {cfg.listen}")
+    admin_server = None
+    watcher = EndpointsFile(endpoints_file, gateway, picker) if endpoints_file else None
+    try:
+        await server.start()
+        where = admin_address(cfg)  # the CLI refuses "proxy": --listen is gRPC
+        if where is not None:
+            ahost, aport = where
+            admin = http_server.protocol_factory(gateway.admin_handler, max_body=cfg.max_body_bytes, limits=None)
+            admin_server = (await http_server.start_server(admin, ahost, aport, backlog=128), admin.registry)
+        if watcher is not None:
+            watcher.start()
+        ups = ", ".join(s.name for s in gateway.router.states)
+        trace = f"trace to {cfg.trace.dir}" if cfg.trace.dir else "no trace capture"
+        log.info("ext_proc on %s → %s; admin on %s:%s; %s", cfg.listen, ups, *(where or ("-", "-")), trace)
+        await stop.wait()
+        log.info("shutting down: %d ext_proc streams open, up to %gs to finish", picker.active, cfg.shutdown_grace)
+    finally:
+        if watcher is not None:
+            await watcher.stop()
+        await server.stop(cfg.shutdown_grace)
+        if admin_server is not None:
+            admin_server[0].close()
+            await http_server.drain(admin_server[1], 5.0)
+        await gateway.close()
+        log.info("stopped")
