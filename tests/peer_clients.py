@@ -16,6 +16,7 @@ from pathlib import Path
 
 import msgspec
 
+from slogate.traces.formats import guidellm_results
 from tests.realservers import GEMMA_GGUF, MODEL_CACHE, MissingDependency, gemma_model_path
 from tests.servers import REPO
 
@@ -178,24 +179,17 @@ def run_guidellm(
     report = out / "benchmarks.json"
     if done.returncode != 0 or not report.exists():
         raise AssertionError(f"guidellm exited {done.returncode}: {(done.stdout + done.stderr)[-3000:]}")
+    return read_guidellm(report)
+
+
+def read_guidellm(report: Path) -> list[PeerRequest]:
+    """The requests of a one-benchmark guidellm report, read by slogate's own reader, in start order."""
     (benchmark,) = json.loads(report.read_text())["benchmarks"]
     # guidellm fails a request whose streamed text is only whitespace (Gemma with its end tokens banned
     # sometimes writes 16 newlines), though its timings are complete: those are measured requests here.
-    blank = [r for r in benchmark["requests"]["errored"] if "UNUSABLE_BACKEND_RESPONSE" in str(r["info"].get("error"))]
-    rows = benchmark["requests"]["successful"] + blank
-    failed = [r["info"].get("error") for r in benchmark["requests"]["errored"] + benchmark["requests"]["incomplete"]
-              if not any(r is b for b in blank)]
-    assert not failed, (benchmark["metrics"]["request_totals"], failed)
-    return sorted(map(_guidellm_request, rows), key=lambda r: r.start)
-
-
-def _guidellm_request(row: dict) -> PeerRequest:
-    t = row["info"]["timings"]
-    return PeerRequest(
-        start=t["request_start"],
-        ttft=t["first_token_iteration"] - t["request_start"],
-        e2e=t["request_end"] - t["request_start"],
-        connect=0.0,
-        output_tokens=int(row["output_metrics"]["total_tokens"] or t["token_iterations"]),
-        input_tokens=int(row["input_metrics"]["total_tokens"] or 0),
-    )
+    failed = [r["info"].get("error") for r in benchmark["requests"]["errored"] + benchmark["requests"]["incomplete"]]
+    assert all("UNUSABLE_BACKEND_RESPONSE" in str(e) for e in failed), (benchmark["metrics"]["request_totals"], failed)
+    t0 = min(r["info"]["timings"]["request_start"] for r in benchmark["requests"]["successful"] + benchmark["requests"]["errored"])
+    return [PeerRequest(start=t0 + r.t, ttft=r.ttft, e2e=r.e2e, connect=0.0, output_tokens=r.output_tokens,
+                        input_tokens=r.input_tokens or 0)  # type: ignore[arg-type]
+            for r in guidellm_results.read_records(benchmark)]

@@ -16,6 +16,7 @@ import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from slogate.replay.profiles import synthesize
@@ -39,17 +40,25 @@ INPUT_TOKENS, OUTPUT_TOKENS, REQUESTS, ROUNDS = 64, 16, 6, 2
 BAN_EOS = {k: float(v) for k, v in LLAMA_BAN_EOS.items()}
 
 
-def _gateway_starts(trace_dir: Path, n: int) -> list[tuple[float, float, float, int, float]]:
-    """(UNIX start, TTFT, E2E to the last content chunk, output tokens, E2E to `[DONE]`) of the
-    gateway's streamed records, once at least `n` are written. The last content chunk is TTFT + the
-    sum of the chunk gaps (`itl.mean × itl.count`): AIPerf's E2E ends there, guidellm's (and the
-    gateway's `e2e`) at `[DONE]`."""
+class GatewayRequest(msgspec.Struct, frozen=True):
+    """One streamed request as the gateway recorded it (seconds; start is UNIX time, at its t0)."""
+
+    start: float
+    ttft: float
+    to_last_content: float  # TTFT + the chunk gaps (`itl.mean × itl.count`): where AIPerf's E2E ends
+    output_tokens: int
+    e2e: float  # to `[DONE]`: where guidellm's E2E ends
+
+
+def _gateway_starts(trace_dir: Path, n: int) -> list[GatewayRequest]:
+    """The gateway's streamed records, once at least `n` are written."""
 
     def read() -> list | None:
         if not any(trace_dir.glob("*.jsonl.zst")):
             return None
         trace = read_trace(trace_dir)
-        rows = [(trace.header.start_unix + r.t, r.ttft, r.ttft + r.itl.mean * r.itl.count, r.output_tokens, r.e2e)
+        rows = [GatewayRequest(trace.header.start_unix + r.t, r.ttft, r.ttft + r.itl.mean * r.itl.count,
+                               r.output_tokens, r.e2e)  # type: ignore[arg-type]
                 for r in trace.records if r.ttft is not None and r.itl is not None]
         return rows if len(rows) >= n else None
 
@@ -58,12 +67,12 @@ def _gateway_starts(trace_dir: Path, n: int) -> list[tuple[float, float, float, 
     return rows
 
 
-def _pair(peer: list[PeerRequest], gateway: list[tuple[float, float, float, int]]) -> list[tuple[PeerRequest, tuple]]:
+def _pair(peer: list[PeerRequest], gateway: list[GatewayRequest]) -> list[tuple[PeerRequest, GatewayRequest]]:
     """Each peer request with the gateway record that started nearest to it (one to one)."""
     pairs = []
     for p in peer:
-        g = min(gateway, key=lambda row: abs(row[0] - p.start))
-        assert abs(g[0] - p.start) < 0.5, (p, g)  # the same request, seen ~1 ms apart
+        g = min(gateway, key=lambda row: abs(row.start - p.start))
+        assert abs(g.start - p.start) < 0.5, (p, g)  # the same request, seen ~1 ms apart
         pairs.append((p, g))
     assert len({id(g) for _, g in pairs}) == len(pairs), "two peer requests matched one gateway record"
     return pairs
@@ -94,17 +103,17 @@ def _clients_off_the_server_core(server_pid: int, gateway_pid: int) -> Iterator[
         os.sched_setaffinity(0, set(cpus))
 
 
-def _check_agreement(name: str, pairs: list[tuple[PeerRequest, tuple]], end: int) -> None:
-    """Client − gateway per request (the gateway's end is row[`end`]: 2 = last content chunk, 4 = `[DONE]`).
+def _check_agreement(name: str, pairs: list[tuple[PeerRequest, GatewayRequest]], end: str) -> None:
+    """Client − gateway per request (the gateway's end: `to_last_content` or `e2e`, where the client's ends).
 
     The total splits in two at the gateway's t0 (its loop has the request head): `entry` = t0 − the
     client's start (the client's own send work, then the request waiting in the gateway's socket until
     its loop reads it: no gateway figure can include that), and the like-for-like rest, both clocks
     started at t0: client first token / end − gateway first token / end (the gateway's forwarding and
     the client's read). Never negative, each; the like-for-like median ≤ 2 ms (issue 20's bound)."""
-    entry = [g[0] - p.start for p, g in pairs]
-    d_ttft = [p.ttft - g[1] for p, g in pairs]
-    d_e2e = [p.e2e - g[end] for p, g in pairs]
+    entry = [g.start - p.start for p, g in pairs]
+    d_ttft = [p.ttft - g.ttft for p, g in pairs]
+    d_e2e = [p.e2e - getattr(g, end) for p, g in pairs]
     like_ttft = [d - e for d, e in zip(d_ttft, entry, strict=True)]
     like_e2e = [d - e for d, e in zip(d_e2e, entry, strict=True)]
 
@@ -150,26 +159,26 @@ def test_aiperf_through_gateway_agrees_with_gateway_and_replay(tmp_path: Path) -
     pairs = _pair(peer, gateway)
     print(f"AIPerf connect ms {[round(p.connect * 1e3, 2) for p in peer]}")
     by_gateway = {id(g) for _, g in pairs}
-    server_peer = statistics.median(g[1] for _, g in pairs)
-    server_ours = statistics.median(g[1] for g in gateway if id(g) not in by_gateway)
+    server_peer = statistics.median(g.ttft for _, g in pairs)
+    server_ours = statistics.median(g.ttft for g in gateway if id(g) not in by_gateway)
     print(f"gateway TTFT p50 of AIPerf's requests {server_peer * 1e3:.1f} ms, of the replay's {server_ours * 1e3:.1f} ms; "
           f"AIPerf CPU {peer_cpu:.1f} s for {len(peer)} requests, replay {sum(ours_cpu):.2f} s")
     ttft_peer, e2e_peer = statistics.median(p.ttft for p in peer), statistics.median(p.e2e for p in peer)
     ttft_ours, e2e_ours = statistics.median(r.ttft for r in ours), statistics.median(r.e2e for r in ours)
     print(f"TTFT p50 slogate {ttft_ours * 1e3:.1f} ms, AIPerf {ttft_peer * 1e3:.1f} ms ({ttft_ours / ttft_peer - 1:+.1%}); "
           f"E2E p50 slogate {e2e_ours * 1e3:.1f} ms, AIPerf {e2e_peer * 1e3:.1f} ms ({e2e_ours / e2e_peer - 1:+.1%})")
-    assert all(g[3] == OUTPUT_TOKENS for _, g in pairs), [g[3] for _, g in pairs]
+    assert all(g.output_tokens == OUTPUT_TOKENS for _, g in pairs), [g.output_tokens for _, g in pairs]
     assert all(r.output_tokens == OUTPUT_TOKENS for r in ours), [r.output_tokens for r in ours]
     # AIPerf's OSL re-tokenizes the decoded text, and generated tokens may re-merge (15 for 16 in 1 of
     # 12, in two runs): asserted as the estimate it is, right at the median and never off by more than
     # 2; the exact count is the gateway's (16 content chunks, above).
     osl = [p.output_tokens for p in peer]
     assert statistics.median(osl) == OUTPUT_TOKENS and all(abs(n - OUTPUT_TOKENS) <= 2 for n in osl), osl
-    _check_agreement("AIPerf", pairs, end=2)  # AIPerf's E2E ends at the last content chunk
+    _check_agreement("AIPerf", pairs, end="to_last_content")  # AIPerf's E2E ends at the last content chunk
     # One set of definitions: each client's figure over what the gateway saw of that client's own requests.
     # (The raw medians differ by the server's speed: AIPerf's ~10 processes load the box it measures.)
-    e2e_server_peer = statistics.median(g[2] for _, g in pairs)
-    e2e_server_ours = statistics.median(g[2] for g in gateway if id(g) not in by_gateway)
+    e2e_server_peer = statistics.median(g.to_last_content for _, g in pairs)
+    e2e_server_ours = statistics.median(g.to_last_content for g in gateway if id(g) not in by_gateway)
     ttft_ratio = (ttft_ours / server_ours) / (ttft_peer / server_peer)
     e2e_ratio = (e2e_ours / e2e_server_ours) / (e2e_peer / e2e_server_peer)
     print(f"client/gateway TTFT: slogate {ttft_ours / server_ours:.4f}, AIPerf {ttft_peer / server_peer:.4f}; "
@@ -192,7 +201,7 @@ def test_guidellm_through_gateway_agrees_with_gateway(tmp_path: Path) -> None:
     assert len(peer) == 2 * REQUESTS, len(peer)
     pairs = _pair(peer, gateway)
     print(f"guidellm input tokens {[p.input_tokens for p in peer]}, gateway TTFT p50 "
-          f"{statistics.median(g[1] for _, g in pairs) * 1e3:.1f} ms")
+          f"{statistics.median(g.ttft for _, g in pairs) * 1e3:.1f} ms")
     assert all(p.output_tokens == OUTPUT_TOKENS for p in peer), [p.output_tokens for p in peer]
-    assert all(g[3] == OUTPUT_TOKENS for _, g in pairs), [g[3] for _, g in pairs]
-    _check_agreement("guidellm", pairs, end=4)  # guidellm's E2E ends when the stream closes after [DONE]
+    assert all(g.output_tokens == OUTPUT_TOKENS for _, g in pairs), [g.output_tokens for _, g in pairs]
+    _check_agreement("guidellm", pairs, end="e2e")  # guidellm's E2E ends when the stream closes after [DONE]
