@@ -30,12 +30,15 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python apt
 
 # The peer clients slogate is compared with (tests/test_peers.py): the `peers` extra of pyproject.toml,
 # in a venv of their own so their pins never change slogate's test environment. They run offline:
-# the test gives AIPerf the GGUF's own tokenizer in a local Hugging Face cache (no hub at run time).
-# guidellm is not installed: its data loader imports torch, whose PyPI wheels pull CUDA (several GB).
+# the test gives AIPerf and guidellm the GGUF's own tokenizer in a local Hugging Face cache (no hub at
+# run time). torch goes in first, alone: guidellm asks for any torch, and with none installed pip would
+# take a CUDA build (several GB); torch==2.13.0 is the CPU build this machine kind keeps on disk.
+PEER_PKGS = $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['peers']))")
 $(PEERS)/.installed: pyproject.toml | $(BIN)/python
 	$(PYTHON) -m venv $(PEERS)
 	$(PEERS)/bin/python -m pip install -q --upgrade pip
-	$(PEERS)/bin/python -m pip install -q $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['peers']))")
+	$(PEERS)/bin/python -m pip install -q $$(printf '%s\n' $(PEER_PKGS) | grep '^torch==')
+	$(PEERS)/bin/python -m pip install -q $(PEER_PKGS)
 	touch $@
 
 install-test: apt $(VENV)/.installed-test $(PEERS)/.installed

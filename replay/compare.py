@@ -53,7 +53,7 @@ class Side(msgspec.Struct):
 
     name: str
     source: str
-    kind: str  # "run" (results.json), "trace" (captured trace summarized over its span) or a peer ("aiperf")
+    kind: str  # "run" (results.json), "trace" (captured trace summarized over its span) or a peer ("aiperf", "guidellm")
     results: Results
     records: list[RequestRecord] | None = None  # per-request records (None: none beside the results)
     notes: list[str] = []  # how a peer's metric definitions map onto slogate's
@@ -86,6 +86,9 @@ def load_side(path: str | Path, *, slos: Sequence[Slo] = (), name: str | None = 
     """A run directory / results.json, or a slogate trace file or capture directory."""
     p = Path(path)
     label = name or _default_name(p)
+    peer = guidellm_side(p, label)  # before the existence check: `benchmarks.json@K` names one benchmark
+    if peer is not None:
+        return peer
     if not p.exists():
         raise CompareError(f"{p}: no such file or directory (give a run directory, a results.json or a slogate trace)")
     peer = aiperf_side(p, label, slos)
@@ -136,6 +139,28 @@ def aiperf_side(p: Path, label: str, slos: Sequence[Slo] = ()) -> Side | None:
         notes = ap.describe(ap.RECORDS_DEFINITIONS)
     return Side(name=label, source=str(p), kind="aiperf", results=Results(environment=env, summary=summary),
                 records=records, notes=notes)
+
+
+def guidellm_side(p: Path, label: str) -> Side | None:
+    """A guidellm report (`benchmarks.json`, a directory holding one, or `benchmarks.json@K` for one
+    benchmark of a sweep) as a side: guidellm's own aggregates (definitions mapped), its per-request
+    stats beside as records; None when `p` is not one."""
+    from slogate.traces.formats import guidellm_results as gl
+
+    file, index = gl.split_index(p)
+    report_file = gl.find_report(file)
+    if report_file is None:
+        return None
+    try:
+        report, benchmark = gl.read_benchmark(report_file, index)
+        records = gl.read_records(benchmark)
+    except gl.GuidellmError as exc:
+        raise CompareError(f"{report_file}: {exc}" if not str(exc).startswith(str(report_file)) else str(exc)) from None
+    env = Environment(target="guidellm", models=gl.models(report, benchmark),
+                      labels={"tool": f"guidellm {gl.version(report)}"})
+    return Side(name=label, source=str(p), kind="guidellm",
+                results=Results(environment=env, summary=gl.aggregate_summary(benchmark)),
+                records=records, notes=gl.describe(gl.DEFINITIONS))
 
 
 def run_records(path: Path) -> list[RequestRecord] | None:
