@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import yarl
 
 from slogate.gateway.routing.config import RoutingConfig, check_routing, specs_from
 from slogate.gateway.routing.health import HealthConfig
@@ -338,7 +339,16 @@ def _check(cfg: GatewayConfig) -> None:
     parse_slos(cfg.slos)
     if cfg.tokens.template not in TEMPLATES:
         raise _bad("tokens.template", cfg.tokens.template, ", ".join(TEMPLATES))
-    check_routing(cfg.routing, upstream_specs(cfg))
+    specs = upstream_specs(cfg)
+    for spec in specs:
+        try:
+            url = yarl.URL(spec.url)
+            ok = bool(url.host) and url.port is not None
+        except ValueError:
+            ok = False
+        if not ok:
+            raise _bad("upstreams", spec.url, "URLs like http://HOST:PORT (a host, and a port that is a number)")
+    check_routing(cfg.routing, specs)
     _check_ecosystem(cfg)
     if worker_count(cfg) > 1 and cfg.admin_listen == ADMIN_ON_PROXY:
         raise UsageError(f"gateway.workers (--workers) = {cfg.workers!r} needs its own admin_listen (--admin-listen "

@@ -69,6 +69,11 @@ def test_no_upstream_and_bad_url():
         build_config({})
     with pytest.raises(UsageError, match="http:// or https://"):
         build_config({"upstreams": ["127.0.0.1:8000"]})
+    for url in ("http://h:80x", "http://:8000"):  # a port that is not a number, no host: one line, not a traceback
+        with pytest.raises(UsageError, match="HOST:PORT"):
+            build_config({"upstreams": [url]})
+    with pytest.raises(UsageError, match="HOST:PORT"):
+        build_config({"upstream": [{"url": "http://h:99999999"}]})
 
 
 def test_flag_errors_are_usage_errors():
