@@ -151,7 +151,8 @@ def _run_virtual(workload: Workload, options: ReplayOptions, path: str,
 
     t_wall = time.time()
     items, stats = run_virtual(workload, spec.sim, endpoint=path, model=options.model or spec.sim.get("model"),
-                               stop_on_error=options.stop_on_error, stop_when=stop_when)
+                               stop_on_error=options.stop_on_error, stop_when=stop_when,
+                               keep_chunk_times=options.keep_chunk_times)
     env = _environment(options, workload, Probe(models=[spec.sim.get("model", "")], kind="slogate-sim"),
                        Forcing("exact (virtual)"), "virtual", t_wall, workers=0)
     env.clock = "virtual"

@@ -44,7 +44,9 @@ class SimReq:
         self.aborted = False
 
     def block_hash(self, i: int) -> Hashable:
-        return self.hashes[i] if i < len(self.hashes) else (self.uid, i)
+        """Block i's chained hash: the prompt's own, else one private to this request (a negative
+        first member, so it never equals a trace block's (hash_id, j))."""
+        return self.hashes[i] if i < len(self.hashes) else (-1 - self.uid, i)
 
 
 V0_MAX_PADDINGS = 256  # vLLM 0.2.x SchedulerConfig.max_paddings (its default)
@@ -69,6 +71,7 @@ class Scheduler:
         self.batch_tokens: list[int] = []  # their new tokens
         self.num_preemptions = 0
         self.steps = 0
+        self.peak_running = 0  # most requests running at once (max_num_seqs never bound while below it)
         # shape of the last scheduled step
         self.new_tokens = 0
         self.kv_tokens = 0
@@ -132,7 +135,8 @@ class Scheduler:
         kv = self.kv
         total = req.prompt_tokens + req.num_generated
         hits: list[int] = []
-        if kv.prefix_caching and req.num_computed == 0:
+        # a request without prompt hashes can only find its own blocks, and only after a preemption
+        if kv.prefix_caching and req.num_computed == 0 and (req.hashes or req.preemptions):
             hits = kv.lookup([req.block_hash(i) for i in range((total - 1) // kv.block_size)],
                              (total - 1) // kv.block_size)
         computed = len(hits) * kv.block_size
@@ -212,6 +216,8 @@ class Scheduler:
             running.append(req)
             self._take(req, n)
             budget -= n
+        if len(running) > self.peak_running:
+            self.peak_running = len(running)
 
     def _admit_padded(self, now: float) -> None:
         """V0 (vLLM 0.2-0.3) prompt batching: the batch is padded to its longest prompt, so it is
@@ -235,6 +241,8 @@ class Scheduler:
             running.append(req)
             self._take(req, got)
             lens.append(n)
+        if len(running) > self.peak_running:
+            self.peak_running = len(running)
         if len(lens) > 1:  # the padding is computed too
             pad = len(lens) * max(lens) - sum(lens)
             self.new_tokens += pad
@@ -336,7 +344,7 @@ class Scheduler:
                 nh = len(hashes)
                 for j in range(req.nhashed, full):  # kv.register, inlined (hot: every full block)
                     b = blocks[j]
-                    h = hashes[j] if j < nh else (req.uid, j)
+                    h = hashes[j] if j < nh else (-1 - req.uid, j)
                     if block_hash[b] is None and h not in by_hash:
                         block_hash[b] = h
                         by_hash[h] = b
