@@ -286,7 +286,9 @@ def _plan_one(i: int, r: SimRequest, rng: random.Random, config: SimConfig, spec
                                 r.prompt_tokens) if r.hash_ids else []
     res = SimResult(index=i, id=r.id, arrival=r.arrival, prompt_tokens=r.prompt_tokens, output_tokens=out,
                     token_times=[])
-    return SimReq(i, r.arrival, r.prompt_tokens, out, hashes, res.token_times.append), res
+    req = SimReq(i, r.arrival, r.prompt_tokens, out, hashes, res.token_times.append)
+    req.emit_all = res.token_times.extend
+    return req, res
 
 
 def _finish(results: list[SimResult], reqs: list[SimReq], engines: list[Engine], wall: float) -> SimRun:

@@ -18,7 +18,7 @@ class SimReq:
     """Engine-side state of one request. `emit(t)` is called once per output token."""
 
     __slots__ = (
-        "aborted", "arrival", "blocks", "cached_tokens", "done", "emit", "first_sched", "hashes",
+        "aborted", "arrival", "blocks", "cached_tokens", "done", "emit", "emit_all", "first_sched", "hashes",
         "nhashed", "num_computed", "num_generated", "on_finish", "output_tokens", "preemptions",
         "prompt_tokens", "uid",
     )
@@ -32,6 +32,8 @@ class SimReq:
         self.output_tokens = max(1, output_tokens)
         self.hashes = hashes  # chained hashes of the prompt's full KV blocks
         self.emit = emit
+        # several tokens at once (a run of coalesced decode steps): emit for each unless set
+        self.emit_all: Callable[[list[float]], None] | None = None
         self.on_finish = on_finish
         self.num_computed = 0
         self.num_generated = 0
@@ -310,9 +312,12 @@ class Scheduler:
                 req.blocks += kv.allocate(need) or []
             if caching and c >= (req.nhashed + 1) * bs:
                 self._register_full(req, c)
-            emit = req.emit
-            for tt in times:
-                emit(tt)
+            if req.emit_all is not None:
+                req.emit_all(times)
+            else:
+                emit = req.emit
+                for tt in times:
+                    emit(tt)
         self.steps += k
         return t, k
 
