@@ -293,15 +293,20 @@ class Scheduler:
         kv, bs = self.kv, self.kv.block_size
         if sum(max(0, (r.num_computed + m + bs - 1) // bs - len(r.blocks)) for r in running) > kv.num_free():
             return t, 0  # blocks may run out on the way: the normal path preempts
-        times: list[float] = []
         kv_tokens, attn = ctx + b, ctx + 0.5 * b  # as _schedule_v1 sums them for n = 1
-        for _ in range(m):
-            t += step(b, b, kv_tokens, attn)
-            times.append(t)
-            if t >= horizon:
-                break
-            kv_tokens += b
-            attn += b
+        run = getattr(step, "decode_run", None)  # the roofline's loop without a call per step
+        if run is not None:
+            times = run(t, b, kv_tokens, attn, m, horizon)
+            t = times[-1]
+        else:
+            times = []
+            for _ in range(m):
+                t += step(b, b, kv_tokens, attn)
+                times.append(t)
+                if t >= horizon:
+                    break
+                kv_tokens += b
+                attn += b
         k = len(times)
         caching = kv.prefix_caching
         for req in running:
