@@ -187,7 +187,11 @@ def search(run: Runner, *, attainment: float, precision: float = 0.02, base_rps:
         # overloaded at speed 1: the throughput it reached bounds the capacity from above, so the
         # bracket starts just under it instead of halving from 1
         first = points[1.0].summary
-        guess = (first.request_rate_rps / first.offered_rate_rps) if first.offered_rate_rps else 0.5
+        rate = first.request_rate_rps
+        stopped = points[1.0].stopped_at
+        if stopped is not None and stopped > first.window_start_s:  # stopped early: completions per s until then
+            rate = (first.requests - first.failed) / (stopped - first.window_start_s)
+        guess = (rate / first.offered_rate_rps) if first.offered_rate_rps else 0.5
         hi = 1.0
         lo = min(0.9, max(MIN_SPEED, guess * 0.8))
         top = min(0.95, guess * 1.05)
