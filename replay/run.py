@@ -155,7 +155,8 @@ def _run_virtual(workload: Workload, options: ReplayOptions, path: str,
     t_wall = time.time()
     samples = VirtualSamples(options.scrape_interval_s or 1.0) if options.out_dir else None  # the sim's telemetry
     items, stats = run_virtual(workload, spec.sim, endpoint=path, model=options.model or spec.sim.get("model"),
-                               stop_on_error=options.stop_on_error, stop_when=stop_when, probe=samples)
+                               stop_on_error=options.stop_on_error, stop_when=stop_when, probe=samples,
+                               keep_chunk_times=options.keep_chunk_times)
     if samples is not None and options.out_dir:
         samples.write(Path(options.out_dir) / "metrics.jsonl")
     env = _environment(options, workload, Probe(models=[spec.sim.get("model", "")], kind="slogate-sim"),

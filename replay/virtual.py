@@ -20,11 +20,12 @@ if TYPE_CHECKING:
 
 def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, model: str | None,
                 stop_on_error: bool = False, stop_when: Callable[[SimResult, float], bool] | None = None,
-                probe: Probe | None = None) -> tuple[list[Item], dict[str, float]]:
+                probe: Probe | None = None, keep_chunk_times: bool = True) -> tuple[list[Item], dict[str, float]]:
     """Simulate the workload; returns (items, engine stats). Linked turns (session timing) go
     through the sim's dependent-release API: each is sent its think time after its predecessor ended.
     `stop_when` (open loop only) is the sim's early stop: stats["stopped_at"] is when it fired, else -1.
-    `probe` sees each engine after each step (replay.virtual_samples records the server telemetry)."""
+    `probe` sees each engine after each step (replay.virtual_samples records the server telemetry).
+    Without `keep_chunk_times` records carry no per-token times (the ITL summary stays)."""
     from slogate.replay.sim.engine import SimRequest, closed_loop, dependent, run_virtual
     from slogate.replay.target import sim_config
     from slogate.replay.workload import root_session
@@ -63,11 +64,11 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
         rec.hash_ids = plan.hash_ids
         rec.session = plan.session
         rec.turn, rec.parent_session, rec.think = plan.turn, plan.parent_session, plan.think
-        if res.token_times:
+        if res.token_times and keep_chunk_times:  # --no-chunk-times, as on HTTP
             rec.chunk_times = [round(x - res.arrival, 9) for x in res.token_times]
         items.append(Item(index, plan.input_tokens, plan.warmup, rec))
     s = run.stats
     stats = {"preemptions": s.preemptions, "prefix_queries_tokens": s.prefix_queries_tokens,
              "prefix_hits_tokens": s.prefix_hits_tokens, "wall_s": s.wall_s, "kv_blocks": s.kv_blocks,
-             "stopped_at": -1.0 if s.stopped_at is None else s.stopped_at}
+             "stopped_at": -1.0 if s.stopped_at is None else s.stopped_at, "peak_running": s.peak_running}
     return items, stats

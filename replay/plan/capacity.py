@@ -3,8 +3,10 @@
 
 Each point is one virtual replay (replay.run.replay_virtual) summarized by the one summary
 (traces.summary via replay.finish); the knee is replay.sweep's rule. A point stops early (the sim's
-`stop_when` hook) once so many requests missed the SLO that the attainment target is lost. Never
-computes a metric itself beyond the per-point diagnosis of which SLO bound failed.
+`stop_when` hook) once so many requests missed the SLO that the attainment target is lost. Points are
+shared (`Reuse`) between candidates that differ only in a max_num_seqs the run never reached, and a
+neighbour's capacity can seed the bracket (`search(hint=…)`). Never computes a metric itself beyond
+the per-point diagnosis of which SLO bound failed.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Point(msgspec.Struct, kw_only=True):
     tpot_violations: int = 0  # … over its TPOT bound
     peak_in_flight: int = 0  # most requests between arrival and last token at once (queued or running)
     stopped_at: float | None = None  # virtual s into the run when the attainment target was lost (early stop)
+    peak_running: int = 0  # most requests the engine ran at once (max_num_seqs bound only if it reached it)
 
     @property
     def attainment(self) -> float:
@@ -58,10 +61,14 @@ class Capacity(msgspec.Struct, kw_only=True):
 Runner = Callable[[float], Point]
 
 
-def runner(base: wl.Workload, target: str, slo: Slo, model: str, *, attainment: float | None = None) -> Runner:
+def runner(base: wl.Workload, target: str, slo: Slo, model: str, *, attainment: float | None = None,
+           chunk_times: bool = True) -> Runner:
     """A function simulating `base` at a speed-up (one virtual replay per call). With `attainment`
-    each run stops as soon as that target can no longer be met (`Point.stopped_at`)."""
-    options = ReplayOptions(target=target, model=model, virtual=True, slos=[slo], endpoint="completions")
+    each run stops as soon as that target can no longer be met (`Point.stopped_at`). Without
+    `chunk_times` the records keep no per-token times (replay's --no-chunk-times): the attainment is
+    the same, the window's token counts spread each request's tokens evenly, and it runs faster."""
+    options = ReplayOptions(target=target, model=model, virtual=True, slos=[slo], endpoint="completions",
+                            keep_chunk_times=chunk_times)
 
     def run(speed: float) -> Point:
         w = msgspec.structs.replace(base, requests=wl.speed(base.requests, speed),
@@ -72,9 +79,43 @@ def runner(base: wl.Workload, target: str, slo: Slo, model: str, *, attainment: 
                          preemptions=int(stats.get("preemptions", 0)), kv_blocks=int(stats.get("kv_blocks", 0)))
         stopped = stats.get("stopped_at", -1.0)
         point.stopped_at = None if stopped is None or stopped < 0 else stopped
+        point.peak_running = int(stats.get("peak_running", 0))
         return point
 
     return run
+
+
+class Reuse:
+    """Points simulated for one engine family (candidates equal but for max_num_seqs), by speed.
+
+    The scheduler reads max_num_seqs in one place: a waiting request is not admitted while that
+    many run. A run whose running count never reached its own limit (peak < max_num_seqs) therefore
+    is the unlimited run, and any limit ≥ its peak gives the very same run (same step, same
+    jitter draw, same token times): the point is reused as is, not approximated."""
+
+    def __init__(self) -> None:
+        self._points: dict[tuple[float, bool], list[tuple[int, Point]]] = {}
+        self.hits = 0
+        self.runs = 0
+
+    def wrap(self, run: Runner, max_num_seqs: int, *, stops: bool) -> Runner:
+        """`run` for a candidate with this max_num_seqs, answering from the points already simulated."""
+
+        def cached(speed: float) -> Point:
+            for limit, point in self._points.get((speed, stops), ()):
+                if point.peak_running < limit and point.peak_running <= max_num_seqs:
+                    self.hits += 1
+                    return point
+            point = run(speed)
+            self.runs += 1
+            self._points.setdefault((speed, stops), []).append((max_num_seqs, point))
+            return point
+
+        return cached
+
+    def known(self, speed: float, max_num_seqs: int, *, stops: bool) -> bool:
+        return any(p.peak_running < limit and p.peak_running <= max_num_seqs
+                   for limit, p in self._points.get((speed, stops), ()))
 
 
 def lost(w: wl.Workload, slo: Slo, attainment: float) -> Callable[[SimResult, float], bool]:
@@ -116,10 +157,14 @@ def diagnose(speed: float, summary: RunSummary, records: list[RequestRecord], sl
                  ttft_violations=ttft_bad, tpot_violations=tpot_bad, peak_in_flight=peak)
 
 
-def search(run: Runner, *, attainment: float, precision: float = 0.02, base_rps: float) -> Capacity:
+def search(run: Runner, *, attainment: float, precision: float = 0.02, base_rps: float,
+           hint: float | None = None) -> Capacity:
     """Bracket the attainment boundary from speed 1 by doubling, or (overloaded at 1) from just under the
     throughput speed 1 reached by halving, then bisect it geometrically
-    until hi/lo ≤ 1 + precision. `base_rps` is the trace's mean request rate at speed 1."""
+    until hi/lo ≤ 1 + precision. `base_rps` is the trace's mean request rate at speed 1.
+
+    With `hint` (a neighbouring candidate's capacity speed) the bracket starts there instead and
+    widens by 1 + precision, squared at each miss: two runs when the capacity is the same."""
     points: dict[float, Point] = {}
 
     def ok(speed: float) -> bool:
@@ -129,7 +174,9 @@ def search(run: Runner, *, attainment: float, precision: float = 0.02, base_rps:
 
     lo: float | None
     hi: float | None
-    if ok(1.0):
+    if hint is not None:
+        lo, hi = _bracket(ok, min(MAX_SPEED, max(MIN_SPEED, hint)), 1 + precision)
+    elif ok(1.0):
         lo, hi = 1.0, 2.0
         while ok(hi):
             lo, hi = hi, hi * 2
@@ -140,7 +187,11 @@ def search(run: Runner, *, attainment: float, precision: float = 0.02, base_rps:
         # overloaded at speed 1: the throughput it reached bounds the capacity from above, so the
         # bracket starts just under it instead of halving from 1
         first = points[1.0].summary
-        guess = (first.request_rate_rps / first.offered_rate_rps) if first.offered_rate_rps else 0.5
+        rate = first.request_rate_rps
+        stopped = points[1.0].stopped_at
+        if stopped is not None and stopped > first.window_start_s:  # stopped early: completions per s until then
+            rate = (first.requests - first.failed) / (stopped - first.window_start_s)
+        guess = (rate / first.offered_rate_rps) if first.offered_rate_rps else 0.5
         hi = 1.0
         lo = min(0.9, max(MIN_SPEED, guess * 0.8))
         top = min(0.95, guess * 1.05)
@@ -168,6 +219,25 @@ def search(run: Runner, *, attainment: float, precision: float = 0.02, base_rps:
         knee_rps = points[knee].summary.offered_rate_rps or base_rps * knee
     return Capacity(capacity_speed=lo, capacity_rps=cap_rps, capped=hi is None, knee_speed=knee, knee_rps=knee_rps,
                     points=pts)
+
+
+def _bracket(ok: Callable[[float], bool], start: float, step: float) -> tuple[float | None, float | None]:
+    """(lo, hi) around the boundary from `start`: lo passes, hi fails (None past MIN/MAX_SPEED)."""
+    if ok(start):
+        lo = start
+        while lo < MAX_SPEED:
+            hi = min(MAX_SPEED, lo * step)
+            if not ok(hi):
+                return lo, hi
+            lo, step = hi, step * step
+        return lo, None
+    hi = start
+    while hi > MIN_SPEED:
+        lo = max(MIN_SPEED, hi / step)
+        if ok(lo):
+            return lo, hi
+        hi, step = lo, step * step
+    return None, hi
 
 
 def binding_limit(point: Point | None, *, max_num_seqs: int, max_num_batched_tokens: int, prompt_p90: int) -> str | None:

@@ -102,6 +102,7 @@ class Settings(msgspec.Struct, kw_only=True):
     prices: dict[str, float] = {}
     precision: float = 0.02
     early_stop: bool = True  # stop a point's simulation once its attainment target is lost
+    fast: bool = True  # share points in an engine family, seed each search, search points without token times
 
 
 def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Settings, *, trace: str | None = None,
@@ -117,27 +118,74 @@ def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Setti
                attainment_target=settings.attainment, headroom=settings.headroom,
                peak_window_s=settings.peak_window_s, at_rate_rps=settings.at_rate_rps,
                peak_rps=costs.peak_rate([r.t for r in reqs], settings.peak_window_s), command=list(command))
-    if jobs > 1 and len(candidates) > 1:
+    tasks = families(candidates) if settings.fast else [[i] for i in range(len(candidates))]
+    rows: list[CandidatePlan | None] = [None] * len(candidates)
+
+    def done(task: list[int], got: list[CandidatePlan]) -> None:
+        for i, row in zip(task, got, strict=True):
+            rows[i] = row
+            if on_candidate is not None:
+                on_candidate(row)
+
+    if jobs > 1 and len(tasks) > 1:
         import concurrent.futures as cf
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold an event loop
-        with cf.ProcessPoolExecutor(max_workers=min(jobs, len(candidates)), mp_context=ctx) as pool:
-            futures = [pool.submit(plan_candidate, workload, cand, settings, out) for cand in candidates]
-            for fut in futures:
-                row = fut.result()
-                out.candidates.append(row)
-                if on_candidate is not None:
-                    on_candidate(row)
+        with cf.ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
+            futures = [pool.submit(plan_family, workload, [candidates[i] for i in task], settings, out)
+                       for task in tasks]
+            for task, fut in zip(tasks, futures, strict=True):
+                done(task, fut.result())
     else:
-        for cand in candidates:
-            row = plan_candidate(workload, cand, settings, out)
-            out.candidates.append(row)
-            if on_candidate is not None:
-                on_candidate(row)
+        for task in tasks:
+            done(task, plan_family(workload, [candidates[i] for i in task], settings, out))
+    out.candidates = [row for row in rows if row is not None]
     fill_scaling(out.candidates, candidates)
     out.wall_s = round(time.perf_counter() - t0, 3)
     return out
+
+
+MIN_TASKS = 4  # families are split in halves until there are this many tasks (fixed: results never depend on --jobs)
+
+
+def families(candidates: Sequence[Candidate]) -> list[list[int]]:
+    """Candidate indices grouped by engine family (equal but for max_num_seqs), each in descending
+    max_num_seqs (the order in which capacity.Reuse answers most points from the previous one)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, cand in enumerate(candidates):
+        groups.setdefault(_family(cand), []).append(i)
+    tasks = [sorted(g, key=lambda i: -_seqs(candidates[i])) for g in groups.values()]
+    while len(tasks) < MIN_TASKS and max(map(len, tasks), default=0) > 1:
+        big = max(range(len(tasks)), key=lambda k: len(tasks[k]))
+        half = (len(tasks[big]) + 1) // 2
+        tasks[big:big + 1] = [tasks[big][:half], tasks[big][half:]]
+    return tasks
+
+
+def _family(cand: Candidate) -> tuple:
+    return cand.gpu, cand.model, tuple(kv for kv in cand.opts if kv[0] != "max_num_seqs")
+
+
+def _seqs(cand: Candidate) -> int:
+    return cand.int_option("max_num_seqs", vllm_defaults(catalog.find_gpu(cand.gpu))[1])
+
+
+def plan_family(workload: wl.Workload, cands: Sequence[Candidate], settings: Settings, ctx: Plan
+                ) -> list[CandidatePlan]:
+    """Plan candidates of one family in order, sharing simulated points (capacity.Reuse) and seeding
+    each search with the previous capacity when its own first point is not already known."""
+    reuse = cap.Reuse() if settings.fast else None
+    rows: list[CandidatePlan] = []
+    hint: float | None = None
+    for cand in cands:
+        if reuse is not None and reuse.known(1.0, _seqs(cand), stops=settings.early_stop):
+            hint = None  # the plain search's points are already there: follow the same path
+        row = plan_candidate(workload, cand, settings, ctx, reuse=reuse, hint=hint)
+        rows.append(row)
+        if reuse is not None and row.capacity_speed is not None and not row.capacity_capped:
+            hint = row.capacity_speed
+    return rows
 
 
 def fill_scaling(rows: Sequence[CandidatePlan], candidates: Sequence[Candidate]) -> None:
@@ -152,7 +200,8 @@ def fill_scaling(rows: Sequence[CandidatePlan], candidates: Sequence[Candidate])
             rows[i].tp_base, rows[i].tp_speedup, rows[i].tp_efficiency = step
 
 
-def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, ctx: Plan) -> CandidatePlan:
+def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, ctx: Plan, *,
+                   reuse: cap.Reuse | None = None, hint: float | None = None) -> CandidatePlan:
     t0 = time.perf_counter()
     gpu = catalog.find_gpu(cand.gpu)
     d_tokens, d_seqs = vllm_defaults(gpu)
@@ -168,9 +217,15 @@ def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, c
         row.fits, row.reason = False, fit.reason
         row.wall_s = round(time.perf_counter() - t0, 3)
         return row
+    # search points need the attainment only: no per-token times (the operating point keeps them)
     run = cap.runner(workload, cand.target, settings.slo, cand.model,
-                     attainment=settings.attainment if settings.early_stop else None)
-    found = cap.search(run, attainment=settings.attainment, precision=settings.precision, base_rps=ctx.trace_rps)
+                     attainment=settings.attainment if settings.early_stop else None, chunk_times=not settings.fast)
+    op_run = cap.runner(workload, cand.target, settings.slo, cand.model)  # runs to the end
+    if reuse is not None:
+        run = reuse.wrap(run, row.max_num_seqs, stops=settings.early_stop)
+        op_run = reuse.wrap(op_run, row.max_num_seqs, stops=False)
+    found = cap.search(run, attainment=settings.attainment, precision=settings.precision, base_rps=ctx.trace_rps,
+                       hint=hint)
     row.capacity_rps, row.capacity_speed, row.capacity_capped = found.capacity_rps, found.capacity_speed, found.capped
     row.knee_rps, row.knee_speed = found.knee_rps, found.knee_speed
     # what binds: the first load past the boundary (at a knee below capacity nothing misses yet)
@@ -183,7 +238,7 @@ def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, c
         row.reason = f"misses {settings.attainment:.1%} SLO attainment even at {cap.MIN_SPEED:g}× the trace's rate"
     else:
         row.operating_speed = found.capacity_speed * (1 - settings.headroom)
-        op = cap.runner(workload, cand.target, settings.slo, cand.model)(row.operating_speed)  # runs to the end
+        op = op_run(row.operating_speed)
         found.points.append(op)
         summary = op.summary
         row.operating_rps = summary.offered_rate_rps or ctx.trace_rps * row.operating_speed

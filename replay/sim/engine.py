@@ -111,6 +111,7 @@ class Engine:
     def _activate(self, req: SimReq, t: float) -> None:
         """Constant timing: req starts now; first token after TTFT, then one per ITL."""
         self._active += 1
+        self.sched.peak_running = max(self.sched.peak_running, self._active)
         req.first_sched = t
         ttft = self.ttft if self.scale is None else self.ttft * self.scale(t)
         heapq.heappush(self._timers, (t + ttft, req.uid, req))
@@ -290,7 +291,9 @@ def _plan_one(i: int, r: SimRequest, rng: random.Random, config: SimConfig, spec
                                 r.prompt_tokens) if r.hash_ids else []
     res = SimResult(index=i, id=r.id, arrival=r.arrival, prompt_tokens=r.prompt_tokens, output_tokens=out,
                     token_times=[])
-    return SimReq(i, r.arrival, r.prompt_tokens, out, hashes, res.token_times.append), res
+    req = SimReq(i, r.arrival, r.prompt_tokens, out, hashes, res.token_times.append)
+    req.emit_all = res.token_times.extend
+    return req, res
 
 
 def _finish(results: list[SimResult], reqs: list[SimReq], engines: list[Engine], wall: float) -> SimRun:
@@ -303,6 +306,7 @@ def _finish(results: list[SimResult], reqs: list[SimReq], engines: list[Engine],
         stats.prefix_queries_tokens += e.kv.queries
         stats.prefix_hits_tokens += e.kv.hits
         stats.busy_s += e.busy_time
+        stats.peak_running = max(stats.peak_running, e.sched.peak_running)
         stats.end_time = max(stats.end_time, e.clock.now())
     for res, req in zip(results, reqs, strict=True):
         res.first_scheduled = req.first_sched

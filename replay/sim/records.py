@@ -97,6 +97,7 @@ class SimStats(msgspec.Struct, kw_only=True):
     max_num_batched_tokens: int = 0
     wall_s: float = 0.0
     stopped_at: float | None = None  # run_virtual(stop_when=…) ended the run at this virtual time
+    peak_running: int = 0  # most requests running at once in one replica (max_num_seqs binds when equal)
 
 
 class SimRun(msgspec.Struct):

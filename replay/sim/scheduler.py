@@ -18,7 +18,7 @@ class SimReq:
     """Engine-side state of one request. `emit(t)` is called once per output token."""
 
     __slots__ = (
-        "aborted", "arrival", "blocks", "cached_tokens", "done", "emit", "first_sched", "hashes",
+        "aborted", "arrival", "blocks", "cached_tokens", "done", "emit", "emit_all", "first_sched", "hashes",
         "nhashed", "num_computed", "num_generated", "on_finish", "output_tokens", "preemptions",
         "prompt_tokens", "uid",
     )
@@ -32,6 +32,8 @@ class SimReq:
         self.output_tokens = max(1, output_tokens)
         self.hashes = hashes  # chained hashes of the prompt's full KV blocks
         self.emit = emit
+        # several tokens at once (a run of coalesced decode steps): emit for each unless set
+        self.emit_all: Callable[[list[float]], None] | None = None
         self.on_finish = on_finish
         self.num_computed = 0
         self.num_generated = 0
@@ -44,7 +46,9 @@ class SimReq:
         self.aborted = False
 
     def block_hash(self, i: int) -> Hashable:
-        return self.hashes[i] if i < len(self.hashes) else (self.uid, i)
+        """Block i's chained hash: the prompt's own, else one private to this request (a negative
+        first member, so it never equals a trace block's (hash_id, j))."""
+        return self.hashes[i] if i < len(self.hashes) else (-1 - self.uid, i)
 
 
 V0_MAX_PADDINGS = 256  # vLLM 0.2.x SchedulerConfig.max_paddings (its default)
@@ -69,6 +73,7 @@ class Scheduler:
         self.batch_tokens: list[int] = []  # their new tokens
         self.num_preemptions = 0
         self.steps = 0
+        self.peak_running = 0  # most requests running at once (max_num_seqs never bound while below it)
         # shape of the last scheduled step
         self.new_tokens = 0
         self.kv_tokens = 0
@@ -132,7 +137,8 @@ class Scheduler:
         kv = self.kv
         total = req.prompt_tokens + req.num_generated
         hits: list[int] = []
-        if kv.prefix_caching and req.num_computed == 0:
+        # a request without prompt hashes can only find its own blocks, and only after a preemption
+        if kv.prefix_caching and req.num_computed == 0 and (req.hashes or req.preemptions):
             hits = kv.lookup([req.block_hash(i) for i in range((total - 1) // kv.block_size)],
                              (total - 1) // kv.block_size)
         computed = len(hits) * kv.block_size
@@ -212,6 +218,8 @@ class Scheduler:
             running.append(req)
             self._take(req, n)
             budget -= n
+        if len(running) > self.peak_running:
+            self.peak_running = len(running)
 
     def _admit_padded(self, now: float) -> None:
         """V0 (vLLM 0.2-0.3) prompt batching: the batch is padded to its longest prompt, so it is
@@ -235,6 +243,8 @@ class Scheduler:
             running.append(req)
             self._take(req, got)
             lens.append(n)
+        if len(running) > self.peak_running:
+            self.peak_running = len(running)
         if len(lens) > 1:  # the padding is computed too
             pad = len(lens) * max(lens) - sum(lens)
             self.new_tokens += pad
@@ -283,15 +293,20 @@ class Scheduler:
         kv, bs = self.kv, self.kv.block_size
         if sum(max(0, (r.num_computed + m + bs - 1) // bs - len(r.blocks)) for r in running) > kv.num_free():
             return t, 0  # blocks may run out on the way: the normal path preempts
-        times: list[float] = []
         kv_tokens, attn = ctx + b, ctx + 0.5 * b  # as _schedule_v1 sums them for n = 1
-        for _ in range(m):
-            t += step(b, b, kv_tokens, attn)
-            times.append(t)
-            if t >= horizon:
-                break
-            kv_tokens += b
-            attn += b
+        run = getattr(step, "decode_run", None)  # the roofline's loop without a call per step
+        if run is not None:
+            times = run(t, b, kv_tokens, attn, m, horizon)
+            t = times[-1]
+        else:
+            times = []
+            for _ in range(m):
+                t += step(b, b, kv_tokens, attn)
+                times.append(t)
+                if t >= horizon:
+                    break
+                kv_tokens += b
+                attn += b
         k = len(times)
         caching = kv.prefix_caching
         for req in running:
@@ -302,9 +317,12 @@ class Scheduler:
                 req.blocks += kv.allocate(need) or []
             if caching and c >= (req.nhashed + 1) * bs:
                 self._register_full(req, c)
-            emit = req.emit
-            for tt in times:
-                emit(tt)
+            if req.emit_all is not None:
+                req.emit_all(times)
+            else:
+                emit = req.emit
+                for tt in times:
+                    emit(tt)
         self.steps += k
         return t, k
 
@@ -336,7 +354,7 @@ class Scheduler:
                 nh = len(hashes)
                 for j in range(req.nhashed, full):  # kv.register, inlined (hot: every full block)
                     b = blocks[j]
-                    h = hashes[j] if j < nh else (req.uid, j)
+                    h = hashes[j] if j < nh else (-1 - req.uid, j)
                     if block_hash[b] is None and h not in by_hash:
                         block_hash[b] = h
                         by_hash[h] = b

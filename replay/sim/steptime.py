@@ -91,6 +91,30 @@ class Roofline:
             t *= 1.0 + self.jitter * max(-3.0, min(3.0, self._rng.gauss(0.0, 1.0)))
         return t
 
+    def decode_run(self, t: float, seqs: int, kv_tokens: int, attn_work: float, steps: int, horizon: float
+                   ) -> list[float]:
+        """End times of up to `steps` consecutive decode steps of `seqs` sequences from t (each step
+        reads `seqs` more KV tokens than the one before), stopping after the first ending at or past
+        `horizon`: the same arithmetic and jitter draws as calling the model once per step."""
+        kv_coef, attn_coef, seq_t = self.kv_coef, self.attn_coef, SEQ_OVERHEAD_S * seqs
+        fixed, weights, lin = self.t_fixed, self.t_weights, seqs * self.lin_coef
+        comm_fixed, comm = self.comm_fixed, self.comm_fixed + self.comm_coef * seqs
+        jitter, gauss = self.jitter, self._rng.gauss
+        times: list[float] = []
+        for _ in range(steps):
+            dt = fixed + seq_t + (weights + kv_tokens * kv_coef) + lin + attn_work * attn_coef
+            if comm_fixed:
+                dt += comm
+            if jitter:
+                dt *= 1.0 + jitter * max(-3.0, min(3.0, gauss(0.0, 1.0)))
+            t += dt
+            times.append(t)
+            if t >= horizon:
+                break
+            kv_tokens += seqs
+            attn_work += seqs
+        return times
+
 
 class LinearCoefficients(msgspec.Struct, frozen=True):
     """T_step (ms) = a + b·new_tokens + c·seqs + d·kv_tokens + e·attn_work.

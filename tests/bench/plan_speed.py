@@ -1,7 +1,8 @@
 """`slogate plan` speed: wall and CPU time to plan N candidates on a trace window, in virtual time.
 
 Run: `.venv/bin/python tests/bench/plan_speed.py [--trace F] [--window 0:3600] [--candidates 20] [--jobs 2]
-[--baseline]`; `--baseline` first plans the same candidates without the early stop (before/after in one run).
+[--baseline | --baseline-search]`; `--baseline` first plans the same candidates without the early stop,
+`--baseline-search` without the search shortcuts (before/after in one run).
 Default: the full-hour Azure conversation trace (../shared/traces/, else the bundled 10-minute
 sample) × 20 candidates (4 GPU/dtype choices × max_num_seqs 32…512), the issue's target being
 under a minute on 2 cores. Prints a table (one row per candidate) and writes
@@ -48,6 +49,9 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--precision", type=float, default=0.02)
     ap.add_argument("--baseline", action="store_true", help="also time the same plan with --no-early-stop, first")
+    ap.add_argument("--baseline-search", action="store_true",
+                    help="also time the same plan without the search shortcuts (Settings.fast=False: no shared "
+                         "points, no seeded brackets, search points with token times), first")
     args = ap.parse_args()
     grid = cands.expand([cands.parse_candidate(c) for c in BASE], cands.parse_grid([f"max_num_seqs={','.join(SEQS)}"]))
     chosen = sorted(grid, key=lambda c: SEQS.index(c.options['max_num_seqs']))[: args.candidates]  # GPUs first
@@ -56,12 +60,14 @@ def main() -> int:
     settings = settings_from(ns)
     workload, _ = workload_from(ns)
     before = None
-    if args.baseline:
+    if args.baseline or args.baseline_search:
         t0, c0 = time.perf_counter(), cpu_s()
-        old = plan(workload, chosen, msgspec.structs.replace(settings, early_stop=False), jobs=args.jobs)
+        changed = {"fast": False} if args.baseline_search else {"early_stop": False}
+        old = plan(workload, chosen, msgspec.structs.replace(settings, **changed), jobs=args.jobs)
         before = {"wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(cpu_s() - c0, 2),
                   "capacity_rps": [c.capacity_rps for c in old.candidates]}
-        print(f"before (no early stop): {before['wall_s']:.1f} s wall, {before['cpu_s']:.1f} s CPU", flush=True)
+        what = "no search shortcuts" if args.baseline_search else "no early stop"
+        print(f"before ({what}): {before['wall_s']:.1f} s wall, {before['cpu_s']:.1f} s CPU", flush=True)
     t0, c0 = time.perf_counter(), cpu_s()
     result = plan(workload, chosen, settings, jobs=args.jobs)
     wall, cpu = time.perf_counter() - t0, cpu_s() - c0

@@ -23,9 +23,11 @@ DISTSERVE = DIR / "distserve_vllm_opt13b_a100.csv"
 # (7 % more): vLLM's profiling run reserved about 3 GiB more than the rule's 1.5 GiB here.
 DISTSERVE_KV_BLOCKS = 3555
 # vLLM (V0, 2024) serving OPT-13B on one A100-80GB, ShareGPT prompts, Poisson arrivals; DistServe
-# artifact (LLMServe/DistServe @20a1633, Apache-2.0), see tests/bench/ground_truth/README.md
+# artifact (LLMServe/DistServe @20a1633, Apache-2.0), see tests/bench/ground_truth/README.md. Prefix
+# caching off: V0's EngineArgs.enable_prefix_caching defaulted to False (a preempted request recomputes
+# its whole prompt; with caching on, the sim found its own freed blocks again)
 DISTSERVE_CONFIG = SimConfig(gpu="a100-80g", model="opt-13b", scheduler="v0", seed=0,
-                             kv_blocks=DISTSERVE_KV_BLOCKS)
+                             kv_blocks=DISTSERVE_KV_BLOCKS, prefix_caching=False)
 
 
 def load(path: Path = DISTSERVE) -> dict[float, list[dict]]:

@@ -164,10 +164,12 @@ def test_precision_tp_and_overrides_change_timing():
     SimConfig(gpu="l4", model="llama-3-8b", seed=4),  # prefix caching, chunked prefill, V1
     SimConfig(gpu="l4", model="llama-3-8b", kv_blocks=300, seed=5),  # blocks run out: preemptions
     SimConfig(gpu="a100-80g", model="opt-13b", scheduler="v0", seed=6),
-], ids=["v1", "preempting", "v0"])
+    SimConfig(gpu="h100-sxm", model="llama-3-70b", tp=4, seed=8),  # all-reduce terms in the step
+], ids=["v1", "preempting", "v0", "tp4"])
 def test_coalesced_decode_steps_give_the_same_token_times(config):
-    """Scheduler.run_decodes (virtual clock) runs plain decode steps in one go; every token time,
-    step count and preemption must equal stepping one by one."""
+    """Scheduler.run_decodes (virtual clock) runs plain decode steps in one go (Roofline.decode_run,
+    token times handed over with emit_all); every token time, to the last bit, step count and
+    preemption must equal stepping one by one."""
     import random
 
     from slogate.replay.sim.clock import VirtualClock, drive
@@ -188,7 +190,9 @@ def test_coalesced_decode_steps_give_the_same_token_times(config):
         for uid, (arrival, prompt, out, prefix) in enumerate(shapes):
             times.append([])
             hashes = [("p", prefix, i) for i in range(prompt // 16)]  # four shared prefixes
-            engine.submit(SimReq(uid, arrival, prompt, out, hashes, times[-1].append))
+            req = SimReq(uid, arrival, prompt, out, hashes, times[-1].append)
+            req.emit_all = times[-1].extend if coalesce else None
+            engine.submit(req)
         drive(engine.run())
         return times, engine.sched.steps, engine.sched.num_preemptions, engine.kv.hits
 

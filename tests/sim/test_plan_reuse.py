@@ -1,0 +1,82 @@
+"""`slogate plan`'s shortcuts (replay.plan.capacity.Reuse, the hinted bracket, search points without
+token times) against the plain search: a run whose running count stayed below max_num_seqs is the run
+of any limit at or above its peak, and the plan's capacities match the unshortened search."""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+
+from slogate.replay import workload as wl
+from slogate.replay.plan import candidates as cands
+from slogate.replay.plan.capacity import MAX_SPEED, MIN_SPEED, _bracket
+from slogate.replay.plan.planner import Settings, families, plan
+from slogate.replay.sim.engine import SimConfig, SimRequest, run_virtual
+from slogate.traces.slo import parse_slo
+
+
+def poisson(n: int, rate: float, seed: int = 3) -> list[SimRequest]:
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        out.append(SimRequest(arrival=t, prompt_tokens=rng.randint(50, 1500), output_tokens=rng.randint(5, 300)))
+    return out
+
+
+def test_a_limit_at_or_above_the_peak_gives_the_same_run() -> None:
+    reqs = poisson(300, 40.0)
+    big = run_virtual(reqs, SimConfig(gpu="a100-80g", max_num_seqs=512))
+    peak = big.stats.peak_running
+    assert 8 < peak < 512
+    same = run_virtual(reqs, SimConfig(gpu="a100-80g", max_num_seqs=peak))
+    assert [r.token_times for r in same.results] == [r.token_times for r in big.results]
+    tighter = run_virtual(reqs, SimConfig(gpu="a100-80g", max_num_seqs=peak // 2))
+    assert tighter.stats.peak_running == peak // 2  # the limit binds: a different run
+    assert [r.token_times for r in tighter.results] != [r.token_times for r in big.results]
+
+
+def test_families_split_by_everything_but_max_num_seqs_in_descending_order() -> None:
+    grid = cands.expand([cands.parse_candidate("a100-80g/llama-3-8b"), cands.parse_candidate("l4/llama-3-8b?dtype=int4")],
+                        cands.parse_grid(["max_num_seqs=32,512,128"]))
+    tasks = families(grid)
+    assert sorted(i for t in tasks for i in t) == list(range(6))
+    for t in tasks:
+        assert len({(grid[i].gpu, grid[i].options.get("dtype")) for i in t}) == 1
+        seqs = [int(grid[i].options["max_num_seqs"]) for i in t]
+        assert seqs == sorted(seqs, reverse=True)
+
+
+def test_bracket_from_a_hint_closes_in_two_runs_when_the_hint_is_right() -> None:
+    asked: list[float] = []
+
+    def ok(speed: float) -> bool:
+        asked.append(speed)
+        return speed <= 3.0
+
+    assert _bracket(ok, 3.0, 1.02) == (3.0, 3.0 * 1.02) and len(asked) == 2
+    asked.clear()
+    lo, hi = _bracket(ok, 10.0, 1.02)
+    assert lo is not None and hi is not None and lo <= 3.0 < hi and len(asked) <= 8
+    assert _bracket(lambda s: True, 100.0, 1.5) == (MAX_SPEED, None)
+    assert _bracket(lambda s: False, 0.01, 1.5) == (None, MIN_SPEED)
+
+
+def test_fast_plan_matches_the_plain_search_within_its_precision() -> None:
+    reqs = poisson(240, 6.0, seed=5)
+    w = wl.Workload(requests=[wl.PlannedRequest(index=i, t=r.arrival, input_tokens=r.prompt_tokens,
+                                                output_tokens=r.output_tokens) for i, r in enumerate(reqs)],
+                    source="test")
+    grid = cands.expand([cands.parse_candidate("a100-80g/llama-3-8b")], cands.parse_grid(["max_num_seqs=4,256,512"]))
+    settings = Settings(slo=parse_slo("ttft=1,tpot=0.05"), precision=0.05)
+    fast = plan(w, grid, settings)
+    plain = plan(w, grid, msgspec.structs.replace(settings, fast=False))
+    for f, p in zip(fast.candidates, plain.candidates, strict=True):
+        assert f.candidate == p.candidate
+        assert f.capacity_rps is not None and p.capacity_rps is not None
+        assert abs(f.capacity_rps / p.capacity_rps - 1) <= 0.05 + 1e-9, (f.candidate, f.capacity_rps, p.capacity_rps)
+    by = {c.candidate: c for c in fast.candidates}
+    # 256 and 512 never bind on this trace: the same search, answered from the first one's points
+    assert by["a100-80g/llama-3-8b?max_num_seqs=256"].capacity_rps == by["a100-80g/llama-3-8b?max_num_seqs=512"].capacity_rps
+    assert by["a100-80g/llama-3-8b?max_num_seqs=4"].capacity_rps < by["a100-80g/llama-3-8b?max_num_seqs=256"].capacity_rps
