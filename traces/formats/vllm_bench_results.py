@@ -138,7 +138,7 @@ def _record(t0: float, start: float, ttft: object, gaps: object, latency: object
         ttft=ok_ttft,
         tpot=tpot(e2e, ok_ttft, output),
         e2e=e2e,
-        itl=itl_summary(gaps) if ok_ttft is not None and isinstance(gaps, list) else None,
+        itl=itl_summary(gaps) if chunk_times is not None else None,  # type: ignore[arg-type]
         chunk_times=chunk_times,
         status=0 if failed else 200,
         error="unknown" if failed else None,
