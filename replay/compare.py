@@ -53,7 +53,7 @@ class Side(msgspec.Struct):
 
     name: str
     source: str
-    kind: str  # "run" (results.json), "trace" (captured trace summarized over its span) or a peer ("aiperf", "guidellm")
+    kind: str  # "run" (results.json), "trace" (captured trace summarized over its span) or a peer ("aiperf", "guidellm", "vllm-bench")
     results: Results
     records: list[RequestRecord] | None = None  # per-request records (None: none beside the results)
     notes: list[str] = []  # how a peer's metric definitions map onto slogate's
@@ -91,7 +91,7 @@ def load_side(path: str | Path, *, slos: Sequence[Slo] = (), name: str | None = 
         return peer
     if not p.exists():
         raise CompareError(f"{p}: no such file or directory (give a run directory, a results.json or a slogate trace)")
-    peer = aiperf_side(p, label, slos)
+    peer = aiperf_side(p, label, slos) or vllm_bench_side(p, label)
     if peer is not None:
         return peer
     results_file = p / "results.json" if p.is_dir() else p
@@ -161,6 +161,26 @@ def guidellm_side(p: Path, label: str) -> Side | None:
     return Side(name=label, source=str(p), kind="guidellm",
                 results=Results(environment=env, summary=gl.aggregate_summary(benchmark)),
                 records=records, notes=gl.describe(gl.DEFINITIONS))
+
+
+def vllm_bench_side(p: Path, label: str) -> Side | None:
+    """A `vllm bench serve --save-result` file (or a --result-dir holding one) as a side: vLLM's own
+    aggregates (definitions mapped), its per-request lists (--save-detailed) beside as records; None
+    when `p` is not one."""
+    from slogate.traces.formats import vllm_bench_results as vb
+
+    try:
+        result_file = vb.find_result(p)
+        if result_file is None:
+            return None
+        obj = vb.read_result(result_file)
+    except vb.VllmBenchError as exc:
+        raise CompareError(str(exc)) from None
+    records = vb.read_records(obj)
+    env = Environment(target="vllm-bench", models=vb.models(obj), labels={"tool": vb.tool(obj)})
+    return Side(name=label, source=str(p), kind="vllm-bench",
+                results=Results(environment=env, summary=vb.aggregate_summary(obj)),
+                records=records, notes=vb.describe(vb.DEFINITIONS))
 
 
 def run_records(path: Path) -> list[RequestRecord] | None:

@@ -51,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("sides", nargs="+", metavar="RUN",
                    help="run directory, results.json, slogate trace file/dir, or an AIPerf export "
-                        "(artifact dir, profile_export_aiperf.json or profile_export.jsonl) or a guidellm "
-                        "benchmarks.json (FILE@K: its K-th benchmark)")
+                        "(artifact dir, profile_export_aiperf.json or profile_export.jsonl), a guidellm "
+                        "benchmarks.json (FILE@K: its K-th benchmark) or a vllm bench serve --save-result "
+                        "JSON (--save-detailed adds its per-request lists)")
     p.add_argument("--fail-if", action="append", default=[], metavar="EXPR",
                    help="exit 1 when EXPR holds for any non-baseline side, e.g. 'goodput_rps<-5%%'")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
@@ -281,7 +282,7 @@ def _print_sources(sides: Sequence[Side], cis: CIs | None = None) -> None:
         print("  Δ% * = beyond the 95% bootstrap CI of the change (significant), ~ = within it (noise)")
     for s in sides:
         extra = {"trace": " (captured trace, summarized over its span)", "aiperf": " (AIPerf export)",
-                 "guidellm": " (guidellm report)"}.get(s.kind, "")
+                 "guidellm": " (guidellm report)", "vllm-bench": " (vllm bench serve result)"}.get(s.kind, "")
         degraded = f"  DEGRADED: {'; '.join(s.results.summary.degraded_reasons)}" if s.results.summary.degraded else ""
         print(f"  {s.name}: {s.source}{extra}{degraded}")
         for note in s.notes:
