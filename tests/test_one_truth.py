@@ -119,6 +119,7 @@ def _assert_buckets_match(samples: dict, name: str, exact: list[float], **labels
         assert count == sum(1 for x in exact if x <= bound), (name, le)
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_cross_surface_one_gateway_run(tmp_path: Path):
     trace_dir = tmp_path / "capture"
     admin_port = free_port()
@@ -179,6 +180,7 @@ def test_cross_surface_one_gateway_run(tmp_path: Path):
 FAULTS = "error_rate=0.15,reset_rate=0.15,error_after_rate=0.15,seed=11"
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_replay_records_what_the_gateway_records(tmp_path: Path):
     """The same seeded fault mix (a fresh sim each time, requests one after another): captured at the
     gateway, and replayed straight against the sim — the same outcomes, classes and good counts."""
@@ -254,6 +256,7 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_a_replay_against_a_failing_sim_counts_failures_as_not_good(tmp_path: Path):
     """`--fault error_rate=0.3` answering 429, plus resets mid-stream: those requests are failed, by
     class, never good; attainment is good / all."""

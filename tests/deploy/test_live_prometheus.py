@@ -34,7 +34,7 @@ from tests.realservers import prometheus_binary, promql, start_gateway, wait_scr
 from tests.servers import Server, free_port, running
 from tests.simserver import start_sim
 
-pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow, pytest.mark.timeout(120)]
 
 JOB = "slogate"  # the job name the rules select on (the ServiceMonitor relabels to it too)
 SLO = "interactive:ttft=0.5,tpot=50ms"  # every request meets it (sim TTFT 20 ms, 5 ms per token)

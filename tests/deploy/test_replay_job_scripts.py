@@ -29,6 +29,7 @@ def _script(doc: dict, section: str, work: Path) -> str:
     return script.replace("/work/", f"{work}/")
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_replay_job_scripts_replay_shards_and_merge(tmp_path: Path) -> None:
     job = load_docs(KUBE / "replay-job" / "replay-job.yaml")[0]
     merge = load_docs(KUBE / "replay-job" / "merge-job.yaml")[0]

@@ -64,6 +64,7 @@ def ok(port: int) -> bool:
     return status == 200 and body == hostile_upstream.body_for(b"probe")
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_250_slowloris_sockets_under_a_200_fd_limit_leave_the_gateway_serving():
     assert shutil.which("prlimit"), "prlimit (Debian util-linux) is needed for this test"
     with hostile_upstream.in_thread() as url, \

@@ -41,6 +41,7 @@ def send(gw: Server, max_tokens: int, model: str = SIM_MODEL) -> socket.socket:
     return sock
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_slow_reader_gets_the_whole_stream(setup):
     _, gw = setup
     sock = send(gw, 30000, LONG_MODEL)
@@ -55,6 +56,7 @@ def test_slow_reader_gets_the_whole_stream(setup):
     assert body.count(b'"text"') == 30000 and b"data: [DONE]" in body and body.endswith(b"0\r\n\r\n")
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_stalled_reader_that_hangs_up_aborts_upstream():
     with (
         start_sim(timing="constant", ttft_ms=1, itl_ms=1, seed=3) as sim,

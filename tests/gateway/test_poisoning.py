@@ -58,6 +58,7 @@ def _upstream_head(url: str, headers: dict[str, str]) -> str:
     return orjson.loads(raw)["head"].lower()
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_control_headers_reach_the_upstream_only_from_trusted_clients():
     control = {"x-slogate-fault": "reset_after=1", "X-Slogate-Priority": "1000", "x-other": "kept"}
     with echo_upstream() as url:

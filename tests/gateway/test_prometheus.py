@@ -69,6 +69,7 @@ def _ttft_bucket_bounds(metrics_url: str) -> list[float]:
     return sorted({float(b) for b in bounds if b != "+Inf"})
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_promql_ttft_quantile_and_goodput_rate(prometheus) -> None:
     with (
         start_sim(timing="constant", ttft_ms=SIM_TTFT_MS, itl_ms=SIM_ITL_MS) as sim,

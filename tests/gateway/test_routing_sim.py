@@ -129,6 +129,7 @@ async def test_weighted_round_robin_and_status():
         assert [u["weight"] for u in up] == [2.0, 1.0, 1.0] and all(u["inflight_requests"] == 0 for u in up)
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_prefix_affinity_sticky_and_bounded():
     with sims(3, **SLOW) as sim, start_gateway(named(sim.urls), "--policy", "prefix-affinity") as gw:
         owners: dict[int, set[str]] = {}
@@ -152,6 +153,7 @@ async def test_prefix_affinity_sticky_and_bounded():
         assert len(used) >= 2, after
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_scraped_engine_load_corrects_least_tokens():
     """Load the gateway cannot see (sent straight to replica u0) shows in u0's vllm:num_requests_waiting;
     with --scrape-upstream-metrics every new request avoids u0."""
@@ -175,6 +177,7 @@ async def test_scraped_engine_load_corrects_least_tokens():
 
 
 # ---------------------------------------------------------------------- pools
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_pool_rules_route_long_and_short_and_readiness():
     with start_sim(timing="constant", ttft_ms=1, itl_ms=1) as short, \
             start_sim(timing="constant", ttft_ms=1, itl_ms=1) as long, \
@@ -201,6 +204,7 @@ async def test_pool_rules_route_long_and_short_and_readiness():
 
 
 # ------------------------------------------------- health, ejection, retries
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_killed_replica_is_ejected_nothing_unstarted_is_lost_and_it_returns():
     with start_sim(timing="constant", ttft_ms=5, itl_ms=5) as a, \
             start_sim(timing="constant", ttft_ms=5, itl_ms=5) as b, \

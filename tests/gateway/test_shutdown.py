@@ -34,6 +34,7 @@ def stream_body(max_tokens: int) -> bytes:
                          "stream": True, "ignore_eos": True})
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_sigterm_lets_streams_finish_and_flushes_trace(tmp_path):
     trace_dir = tmp_path / "trace"
     results: list[tuple[int, bytes]] = []

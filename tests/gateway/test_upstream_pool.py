@@ -207,6 +207,7 @@ async def _pieces_until_done(conn) -> list[bytes]:  # type: ignore[no-untyped-de
     return pieces
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 @pytest.mark.parametrize("delay", [0.05, None])
 async def test_a_stream_released_after_done_keeps_its_connection_when_the_body_ends(delay):
     """The relay ends the client's response at [DONE]; the pool reads the terminator that comes later

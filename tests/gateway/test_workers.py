@@ -70,6 +70,7 @@ def completed(result: tuple[int, bytes]) -> bool:
     return result[0] == 200 and b"data: [DONE]" in result[1]
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_merged_metrics_and_status_equal_the_records_of_both_workers(tmp_path):
     n = 40
     trace_dir = tmp_path / "trace"
@@ -128,6 +129,7 @@ async def test_least_tokens_sees_the_load_of_both_workers():
     assert inflight == {big: 1, other: 6}
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_least_tokens_sends_most_work_to_the_faster_sim():
     admin_port = free_port()
     admin = admin_url(admin_port)
@@ -152,6 +154,7 @@ async def test_least_tokens_sends_most_work_to_the_faster_sim():
     assert got["fast"] >= 3 * got["slow"], got
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_global_admission_limit_gives_429_exactly_beyond_the_limit():
     limit, offered = 4, 12
     admin_port = free_port()
@@ -167,6 +170,7 @@ async def test_global_admission_limit_gives_429_exactly_beyond_the_limit():
     assert metric_sum(samples, "slogate_rejections_total", reason="queue_full") == offered - limit
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_queued_requests_get_the_room_another_worker_frees():
     """Limit 2, queue 6: eight requests at once all finish (waiters re-check the shared room, so a
     release in one worker lets another worker's waiter in); never more than 2 reach the sim."""
@@ -193,6 +197,7 @@ async def test_queued_requests_get_the_room_another_worker_frees():
     assert metric_sum(samples, "slogate_queue_seconds_count") == 8
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_killed_worker_is_replaced_and_the_other_workers_streams_finish():
     admin_port = free_port()
     admin = admin_url(admin_port)
@@ -223,6 +228,7 @@ async def test_killed_worker_is_replaced_and_the_other_workers_streams_finish():
     assert completed(after)
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_sigterm_drains_every_worker(tmp_path):
     admin_port = free_port()
     admin = admin_url(admin_port)
@@ -242,6 +248,7 @@ async def test_sigterm_drains_every_worker(tmp_path):
     assert len(records) == 8 and all(r.error is None for r in records)
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_workers_stop_when_the_supervisor_is_killed():
     admin_port = free_port()
     admin = admin_url(admin_port)

@@ -116,6 +116,7 @@ def test_welch_interval_and_t_quantiles() -> None:
     assert mean_summary([summarize([RequestRecord(t=0, ttft=0.1, e2e=0.2, output_tokens=3)])]).output_tokens == 3
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_replay_repeat_runs_n_times_and_reports_the_spread(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     """`slogate replay --repeat 3` (real clock, the sim behind the same API): three runs in OUT/run-K and
     the spread of each metric over them in OUT/repeats.json, which `compare --repeat 3` reads as a side."""

@@ -27,6 +27,7 @@ from tests.servers import REPO, SLOGATE
 DEMO = [*SLOGATE, "demo", "--no-progress", "--status-every", "2s"]
 RUNS = ("a100-80g", "h100-sxm", "l40s-fp8", "production-live")
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+pytestmark = pytest.mark.slow  # the short demo is ~30 s: outside the fast tier (-m "not slow")
 
 
 @pytest.fixture(scope="module")

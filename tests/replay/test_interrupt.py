@@ -96,6 +96,7 @@ def check_outputs(out: Path, *, planned: int) -> tuple:
     return s, records
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_sigint_drains_in_flight_then_cancels_and_writes_results(tmp_path: Path) -> None:
     """Each request streams for ~2 s, the drain is 1 s: some finish during it, the others are cancelled."""
     out = tmp_path / "run"
@@ -114,6 +115,7 @@ def test_sigint_drains_in_flight_then_cancels_and_writes_results(tmp_path: Path)
     assert_group_gone(proc.pid)
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_second_sigint_skips_the_drain(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with start_sim(timing="constant", ttft_ms=20, itl_ms=100) as sim:  # ~10 s per request
@@ -130,6 +132,7 @@ def test_second_sigint_skips_the_drain(tmp_path: Path) -> None:
     assert_group_gone(proc.pid)
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 @pytest.mark.parametrize(("sig", "expected"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_worker_processes_stop_and_hand_back(tmp_path: Path, sig: signal.Signals, expected: int) -> None:
     """--workers 2: the signal reaches every process of the group; the workers leave it to the

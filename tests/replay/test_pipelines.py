@@ -28,6 +28,7 @@ TOO_MANY = (b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 2\r\nContent-Type: 
             b"Content-Length: 2\r\n\r\n{}")
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_429_retry_after_2_delays_the_retry_at_least_2s() -> None:
     arrivals: list[float] = []
 
@@ -66,6 +67,7 @@ def test_retry_delay_is_jittered_and_never_below_retry_after() -> None:
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0 and parse_retry_after("soon") is None
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_config_file_env_fallbacks_and_plain_progress(tmp_path) -> None:
     out = tmp_path / "run"
     (tmp_path / "run.toml").write_text(

@@ -41,6 +41,7 @@ def acceptance(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     return json.loads(buf.getvalue()), out
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_acceptance_command_prints_and_writes_the_plan(acceptance: tuple[dict, Path]) -> None:
     printed, out = acceptance
     written = load(out)

@@ -36,6 +36,7 @@ def test_plan_capacity_matches_a_measured_sweep(tmp_path: Path) -> None:
     assert planned.capacity_rps == pytest.approx(measured_rps, rel=0.10)
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_compare_and_report_put_the_plan_beside_a_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`compare --plan` and the report: the plan's predicted capacity and knee beside a sweep of the
     same candidate (here a virtual-time sweep, so the two agree except for the sweep's coarser grid)."""

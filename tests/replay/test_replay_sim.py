@@ -88,6 +88,7 @@ def test_closed_loop_keeps_concurrency() -> None:
     assert out.results.summary.offered_rate_rps is None and not out.results.summary.degraded
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_virtual_and_real_clock_agree() -> None:
     """Same workload, same sim config: TTFT and E2E medians within 10 %."""
     w = synthesize("poisson:rate=4", duration_s=8, seed=4, input_tokens="uniform:200,600",

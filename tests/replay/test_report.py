@@ -59,6 +59,7 @@ def assert_self_contained(html: str) -> None:
     assert "url(http" not in html and "@import" not in html and "<script" not in html
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_report_opens_in_chromium_with_every_section(dirs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "report.html"
     assert slogate(["report", str(dirs["http"]), str(dirs["virtual"]), str(dirs["sweep"]), "-o", str(out)]) == 0

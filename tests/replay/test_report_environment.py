@@ -134,6 +134,7 @@ def _rows(section: str) -> dict[str, str]:
     return dict(re.findall(r'<tr><td class="k">([^<]+)</td><td>(.*?)</td></tr>', section))
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_every_environment_row_and_the_four_parts_on_a_real_run(tmp_path: Path) -> None:
     trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=2)
     run = replay(trace, tmp_path / "run", virtual=False, extra=["--scrape-metrics", "0.2", "--cost-per-hour", "2"])

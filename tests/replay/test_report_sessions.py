@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import re
 
+import pytest
+
 from slogate.replay.cli.replay import main as replay_main
 from slogate.replay.outputs.records import read
 from slogate.replay.report import write_report
@@ -15,6 +17,7 @@ from tests.replay.test_sessions import write_sessions
 TARGET = "sim:h100-sxm/llama-3-8b"
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_report_draws_sessions_and_ttft_vs_context(tmp_path) -> None:
     paths = [str(p) for p in write_sessions(tmp_path)]
     assert replay_main([*paths, "--target", TARGET, "--virtual", "--endpoint", "completions", "--quiet",

@@ -145,6 +145,7 @@ def test_virtual_replay_of_the_capture_keeps_sessions_think_times_and_prefix_sha
     assert abs(hit - ideal) < 0.02, (hit, ideal)
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_http_replay_of_the_capture_sends_each_turn_think_after_the_answer(capture) -> None:
     path, _ = capture
     captured = read_trace(path).records
@@ -180,6 +181,7 @@ def _sessions_of(records: list[RequestRecord]) -> list[list[RequestRecord]]:
     return sorted(_by_session(records).values(), key=lambda t: (len(t), t[0].t))
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_a_replay_captured_by_a_second_gateway_gives_the_sessions_back(capture, tmp_path) -> None:
     """replay → gateway (--session-header X-Session-Id) → sim: replay sends each session's opaque id in
     X-Session-Id (its default), so the second capture has the same sessions, turns and think times (±5 ms)."""

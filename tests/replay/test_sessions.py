@@ -123,6 +123,7 @@ def test_virtual_turns_follow_completion_plus_think(tmp_path) -> None:
     assert d_slow["a"] - d_fast["a"] == pytest.approx(3 * extra, abs=1e-6)
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_http_turns_follow_completion_plus_think(tmp_path) -> None:
     w = _workload(write_sessions(tmp_path))
     with start_sim(timing="constant", ttft_ms=20, itl_ms=2) as sim:

@@ -27,6 +27,7 @@ def _cmd(url: str, out, *extra: str) -> list[str]:
     return [*SLOGATE, "replay", *ARGS, "--target", url, "--out", str(out), *extra]
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_three_shards_merge_to_the_single_run(tmp_path) -> None:
     with start_sim(timing="constant", ttft_ms=10, itl_ms=2) as sim:
         single = tmp_path / "single"

@@ -33,6 +33,7 @@ def run(trace: Path, out: Path, target: str, capsys: pytest.CaptureFixture[str],
     return json.loads((out / "stability.json").read_text()), printed
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_steady_run_is_stable(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     st, printed = run(trace, tmp_path / "steady", TARGET, capsys)
     assert len(st["windows"]) == 6 and st["window_s"] == 1.0
@@ -42,6 +43,7 @@ def test_steady_run_is_stable(trace: Path, tmp_path: Path, capsys: pytest.Captur
     assert f"stability: {st['verdict']}" in printed
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_slowdown_halfway_reports_the_trend(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # the sim's clock starts a little before the first request: slowdown from ≈ halfway to the end
     st, printed = run(trace, tmp_path / "slow", TARGET + "&fault=slowdown=3.5:1000:3", capsys)
@@ -53,6 +55,7 @@ def test_slowdown_halfway_reports_the_trend(trace: Path, tmp_path: Path, capsys:
     assert "stability: UNSTABLE" in printed
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_live_window_and_scraped_kv_on_a_slowdown(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Without --quiet (stdout not a TTY: plain progress lines on stderr every 0.5 s), each line ends with
     the current 1 s window; the slowdown shows as a TTFT rise against the first window. The KV-cache
@@ -127,6 +130,7 @@ def test_bad_window_is_one_line_exit_2(trace: Path, tmp_path: Path, capsys: pyte
     assert not (tmp_path / "x").exists()  # rejected before the run
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 @pytest.mark.parametrize("leak", [0, 25])
 def test_server_memory_from_the_sims_metrics(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                              leak: int) -> None:

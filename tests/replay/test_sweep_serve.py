@@ -33,6 +33,7 @@ def _children() -> set[int]:
     return out
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_grid_of_servers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=5)  # 100 requests of 10 output tokens
     out = tmp_path / "grid"

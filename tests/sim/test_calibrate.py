@@ -14,6 +14,7 @@ from tests.simserver import start_sim
 HIDDEN = (8.0, 0.05, 0.5, 0.002)  # A, B, C, D in ms
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_calibrate_recovers_hidden_linear_constants(tmp_path):
     """The target is a real `slogate sim` over HTTP with 2 % step jitter; within 5 % per constant."""
     with start_sim(timing="linear", seed=3, extra_args=["--linear", ",".join(map(str, HIDDEN))]) as sim:

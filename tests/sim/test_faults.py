@@ -122,6 +122,7 @@ def test_sdk_sees_faults(sim_constant):
                                                             extra_headers={FAULT: "hang"})
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_engine_wide_slow_start_dead_window(sim_server, http):
     sim = sim_server(timing="constant", ttft_ms=20, itl_ms=20,
                      extra_args=["--fault", "slow_start=1", "--fault", "dead=2:3"])

@@ -6,6 +6,7 @@ import random
 import statistics
 
 import msgspec
+import pytest
 
 from slogate.replay.sim.engine import SimConfig, SimRequest, simulate
 from slogate.replay.sim.scheduler import V0_WATERMARK
@@ -22,6 +23,7 @@ def plan(n: int = 24, seed: int = 4) -> list[SimRequest]:
     return out
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_virtual_matches_real_clock(sim_server):
     """Up to 3 attempts: on 2 shared cores another process can starve the server for tens of ms,
     which delays real tokens the virtual clock knows nothing about. The 10 % bound is unchanged.

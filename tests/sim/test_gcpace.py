@@ -14,6 +14,7 @@ import time
 import weakref
 
 import aiohttp
+import pytest
 
 from slogate.replay.sim.clock import RealClock
 from slogate.replay.sim.gcpace import PILE_UP, YOUNG_THRESHOLD, GcPacer
@@ -127,6 +128,7 @@ async def test_pause_cost_is_learnt_from_real_collections() -> None:
         pacer.uninstall()
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 async def test_streaming_server_collects_in_idle_time(sim_server) -> None:
     sim = sim_server(seed=3)
     body = {"model": "llama-3-8b", "prompt": "a b c d", "max_tokens": 200, "ignore_eos": True, "stream": True}

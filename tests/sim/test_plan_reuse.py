@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 import msgspec
+import pytest
 
 from slogate.replay import workload as wl
 from slogate.replay.plan import candidates as cands
@@ -63,6 +64,7 @@ def test_bracket_from_a_hint_closes_in_two_runs_when_the_hint_is_right() -> None
     assert _bracket(lambda s: False, 0.01, 1.5) == (None, MIN_SPEED)
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_fast_plan_matches_the_plain_search_within_its_precision() -> None:
     reqs = poisson(240, 6.0, seed=5)
     w = wl.Workload(requests=[wl.PlannedRequest(index=i, t=r.arrival, input_tokens=r.prompt_tokens,

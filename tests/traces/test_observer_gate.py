@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,7 @@ def slow(p: bytes) -> bool:
     return _ERROR_WORD in p or _value_at(p, _FINISH_KEY, 34) or _value_at(p, _USAGE_KEY, 123)
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 @settings(max_examples=2000, deadline=None)
 @given(st.lists(st.sampled_from(PARTS), max_size=12))
 def test_gate_matches_key_scans(parts):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import pytest
 
 from slogate.traces import samples
 from tests.traces.test_trace_cli import slogate
@@ -24,6 +25,7 @@ MOONCAKE_SCHEMA = {
 }
 
 
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
 def test_mooncake_export_matches_the_schema_and_prints_peer_commands(tmp_path) -> None:
     out = tmp_path / "for-peers.jsonl"
     proc = slogate("convert", samples.path(samples.MOONCAKE_CONVERSATION), out, "--to", "mooncake")
