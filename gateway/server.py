@@ -253,6 +253,16 @@ def _end_remaining(relay: Relay) -> None:
         log.warning("grace period over: ended %d in-flight requests", n)
 
 
+def stop_on_signals(stop: asyncio.Event | None) -> asyncio.Event:
+    """`stop` (or a new event), set by SIGTERM or SIGINT on the running loop."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None, role: WorkerRole | None = None) -> None:
     """Run the gateway until `stop` is set (or SIGTERM/SIGINT). With a `role` (one of `--workers N`)
     the proxy port is shared with the other workers (SO_REUSEPORT) and the admin endpoints are served
@@ -260,11 +270,8 @@ async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None, role: 
     gateway = Gateway(cfg, role)
     await gateway.startup()
     _tune_runtime()
-    stop = stop or asyncio.Event()
+    stop = stop_on_signals(stop)
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
     limits = client_limits(cfg)  # after _tune_runtime: the cap follows the raised open-files limit
     gateway.registry.register(limits.collector())
     limits.start()

@@ -9,9 +9,7 @@ itself: Envoy forwards what each `EppExchange` answers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 from collections.abc import AsyncIterator
 
 import grpc
@@ -22,7 +20,7 @@ from slogate.gateway.epp import messages as m
 from slogate.gateway.epp.endpoints import EndpointsFile
 from slogate.gateway.epp.exchange import EppExchange
 from slogate.gateway.routing.router import Router
-from slogate.gateway.server import Gateway, _tune_runtime
+from slogate.gateway.server import Gateway, _tune_runtime, stop_on_signals
 
 log = logging.getLogger("slogate.epp")
 
@@ -66,11 +64,7 @@ async def serve(cfg: GatewayConfig, *, endpoints_file: str | None = None, stop: 
     gateway = Gateway(cfg)
     await gateway.startup()
     _tune_runtime()
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals(stop)
     picker = Picker(gateway)
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0), ("grpc.max_concurrent_streams", 1 << 20)])
     server.add_generic_rpc_handlers((picker.handler(),))
