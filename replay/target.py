@@ -66,6 +66,19 @@ def parse_target(spec: str) -> TargetSpec:
     return TargetSpec(spec=spec, url=url)
 
 
+def with_repeat_seed(spec: str, k: int) -> str:
+    """Repeat `k` (1-based) of a `sim:` target: its seed + k - 1, so each repeat draws its own jitter,
+    output lengths and faults (repeats of one seed would hide the sim's own variance). Other targets
+    are returned unchanged."""
+    if not spec.startswith("sim:") or k == 1:
+        return spec
+    head, _, query = spec.partition("?")
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    seed = next((int(v) for key, v in pairs if key == "seed" and v.lstrip("-").isdigit()), 0)
+    pairs = [(key, v) for key, v in pairs if key != "seed"] + [("seed", str(seed + k - 1))]
+    return f"{head}?{urllib.parse.urlencode(pairs)}"
+
+
 def sim_args(opts: dict[str, str]) -> list[str]:
     """`slogate sim` command-line flags for `sim:` options (tp=4 → --tp 4, flag with no value → --flag)."""
     args: list[str] = []

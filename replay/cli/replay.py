@@ -306,6 +306,7 @@ def run_repeats(workload: wl.Workload, options: ReplayOptions, n: int, *, consol
     from slogate.replay.compare import load_side
     from slogate.replay.repeats import HEADLINE, combine, noise
     from slogate.replay.results import write_json
+    from slogate.replay.target import with_repeat_seed
 
     if n < 2:
         raise UsageError(f"bad --repeat {n}: give the number of runs, 2 or more (1 is a plain replay)")
@@ -315,8 +316,10 @@ def run_repeats(workload: wl.Workload, options: ReplayOptions, n: int, *, consol
     sides = []
     for k in range(1, n + 1):
         run_dir = out / f"run-{k}"
-        print(f"slogate replay: repeat {k}/{n} → {run_dir}", flush=True)
-        run_and_write(workload, msgspec.structs.replace(options, out_dir=str(run_dir)), console=console)
+        target = with_repeat_seed(options.target, k)  # a sim: target gets seed + k - 1
+        print(f"slogate replay: repeat {k}/{n} → {run_dir}" + (f" ({target})" if target != options.target else ""),
+              flush=True)
+        run_and_write(workload, msgspec.structs.replace(options, out_dir=str(run_dir), target=target), console=console)
         sides.append(load_side(run_dir, slos=options.slos, name=f"run-{k}"))
     spreads = noise(combine(sides))
     write_json({"n": n, "runs": [f"run-{k}" for k in range(1, n + 1)],

@@ -24,7 +24,8 @@ def repeats(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("report-repeats")
     trace = make_trace(d / "t.jsonl.zst", rate=20, seconds=1.5)
     out = {}
-    for name, target in (("base", BASE.format(seed=1)), ("same", BASE.format(seed=2)), ("slow", SLOW.format(seed=3))):
+    # each repeat of a sim: target runs seed + k - 1: seeds 1-3, 11-13 and 21-23 (no repeat shares a seed)
+    for name, target in (("base", BASE.format(seed=1)), ("same", BASE.format(seed=11)), ("slow", SLOW.format(seed=21))):
         args = replay_args(trace, target=target, virtual=False)
         assert slogate(["replay", *args, "--out", str(d / name), "--quiet", "--repeat", "3"]) == 0
         out[name] = d / name
