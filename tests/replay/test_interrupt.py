@@ -37,16 +37,22 @@ def replay(url: str, out: Path, *args: str, rate: float = RATE) -> subprocess.Po
                             start_new_session=True)
 
 
-def running_on(url: str) -> float:
+def sim_gauge(url: str, name: str) -> float:
+    """The sum of a metric's samples over all its label sets (0 before the first)."""
     text = urllib.request.urlopen(f"{url}/metrics", timeout=2).read().decode()
-    m = re.search(r"^vllm:num_requests_running\{[^}]*\} ([0-9.e+]+)", text, re.M)
-    return float(m.group(1)) if m else 0.0
+    return sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+]+)", text, re.M))
 
 
-def wait_in_flight(url: str, proc: subprocess.Popen[str], n: int, timeout_s: float = 20.0) -> None:
-    """Until the sim has at least `n` requests running (the replay is past its setup and sending)."""
+def running_on(url: str) -> float:
+    return sim_gauge(url, "vllm:num_requests_running")
+
+
+def wait_in_flight(url: str, proc: subprocess.Popen[str], n: int, timeout_s: float = 20.0,
+                   finished: int = 0) -> None:
+    """Until the sim has at least `n` requests running (the replay is past its setup and sending)
+    and at least `finished` requests done."""
     deadline = time.monotonic() + timeout_s
-    while running_on(url) < n:
+    while running_on(url) < n or sim_gauge(url, "vllm:request_success_total") < finished:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the replay never got requests in flight"
         time.sleep(0.1)
@@ -141,7 +147,8 @@ def test_worker_processes_stop_and_hand_back(tmp_path: Path, sig: signal.Signals
     rate = 20.0
     with start_sim(timing="constant", ttft_ms=20, itl_ms=20) as sim:
         proc = replay(sim.url, out, "--workers", "2", "--drain-timeout", "1s", rate=rate)
-        wait_in_flight(sim.url, proc, 20)
+        # a request takes ~2 s: once one has finished, some are done and the newest cannot finish in the drain
+        wait_in_flight(sim.url, proc, 20, timeout_s=40, finished=1)
         assert len(group_alive(proc.pid)) >= 3  # the orchestrator and its two workers
         os.killpg(proc.pid, sig)
         status, err, took = finish(proc, 15)
