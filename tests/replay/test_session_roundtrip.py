@@ -193,7 +193,9 @@ def test_a_replay_captured_by_a_second_gateway_gives_the_sessions_back(capture, 
                                                                  "--session-from", "header",
                                                                  "--trace-flush-interval", "0.1"]) as gw:
         start_at = time.time() + 1.0
-        with reference_pacer([k * 0.01 for k in range(100)], start_at) as ref:
+        # the bare pacer ticks every 10 ms over the whole replay (its span plus 1 s), not just its start
+        span = max(r.t + (r.e2e or 0.0) for r in captured) - min(r.t for r in captured) + 1.0
+        with reference_pacer([k * 0.01 for k in range(int(span * 100) + 1)], start_at) as ref:
             out = replay(_workload(path), ReplayOptions(target=gw.url, tokenizer="none", start_at=start_at))
     assert out.results.summary.failed == 0
     recaptured = read_trace(again).records
