@@ -86,29 +86,30 @@ def endpoints_of(slices: Iterable[dict[str, Any]], ports: tuple[str, ...]) -> li
 
 def connect(source: KubeSource) -> tuple[Any, str]:
     """(an ApiClient, the namespace to watch); UsageError on a config that cannot be loaded."""
+    import yaml  # the client's own kubeconfig parser
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
     path = source.kubeconfig or os.environ.get("KUBECONFIG") or None
     namespace = source.namespace
+    conf = client.Configuration()
     try:
         if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            conf = client.Configuration()
             config.load_incluster_config(client_configuration=conf)
-            api = client.ApiClient(conf)
             if namespace is None and SA_NAMESPACE.is_file():
                 namespace = SA_NAMESPACE.read_text().strip()
         else:
-            api = config.new_client_from_config(config_file=path)
+            config.load_kube_config(config_file=path, client_configuration=conf)
             if namespace is None:
                 _, active = config.list_kube_config_contexts(config_file=path)
                 namespace = (active or {}).get("context", {}).get("namespace")
-    except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+    except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         where = path or "~/.kube/config (no --kubeconfig, KUBECONFIG or in-cluster service account)"
         text = " ".join(str(exc).split()) or type(exc).__name__
         raise UsageError(f"--kubeconfig {where}: {text}; give a valid kubeconfig, or run in a pod with a "
                          "service account") from None
-    return api, namespace or "default"
+    conf.retries = 0  # urllib3 retries nothing (and logs nothing): the watch has its own backoff
+    return client.ApiClient(conf), namespace or "default"
 
 
 class SliceWatch:
@@ -154,7 +155,7 @@ class SliceWatch:
             raise UsageError(f"cannot list {self.name}: {exc.status} {exc.reason}; {hint}") from None
         except Exception as exc:  # urllib3's connection errors, a body that is no EndpointSliceList
             host = getattr(getattr(self.api, "configuration", None), "host", "?")
-            text = " ".join(str(exc).split())[:300]
+            text = " ".join(str(getattr(exc, "reason", None) or exc).split())[:300]
             raise UsageError(f"cannot list {self.name} at {host}: {text}; check --kubeconfig / KUBECONFIG") from None
 
     # ------------------------------------------------------------------ the watch thread
@@ -191,7 +192,7 @@ class SliceWatch:
             except RuntimeError:  # the loop is closed: the EPP is stopping
                 return
             except Exception as exc:  # the connection broke or was refused, a read timed out
-                why = " ".join(str(exc).split())[:200] or type(exc).__name__
+                why = " ".join(str(getattr(exc, "reason", None) or exc).split())[:200] or type(exc).__name__
             if self._stop.is_set():
                 return
             log.warning("%s: watch failed (%s): reconnecting in %.1fs", self.name, why, backoff)
