@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from slogate.gateway import http_server
-from slogate.gateway.config import GatewayConfig, admin_address, parse_hostport
+from slogate.gateway.config import GatewayConfig, admin_address, parse_hostport, trusted_networks
 from slogate.gateway.epp import messages as m
 from slogate.gateway.epp.endpoints import EndpointsFile
 from slogate.gateway.epp.exchange import EppExchange
@@ -37,6 +37,7 @@ class Picker:
         self.gateway = gateway
         self.inject = gateway.cfg.inject_usage
         self.priority_header = gateway.cfg.routing.priority_header
+        self.trusted = trusted_networks(gateway.cfg.trust_header_from)
         self.recorder = gateway.recorder
         self.start_ns = gateway.start_ns
         self.empty = False  # the endpoint source lists none: every request is answered 503
@@ -48,7 +49,7 @@ class Picker:
 
     async def process(self, requests: AsyncIterator[m.Incoming],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-        ex = EppExchange(self, inject_usage=self.inject, priority_header=self.priority_header)
+        ex = EppExchange(self, inject_usage=self.inject, priority_header=self.priority_header, trusted=self.trusted)
         self.active += 1
         try:
             async for req in requests:
