@@ -14,6 +14,7 @@ import ipaddress
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -180,8 +181,11 @@ class SliceWatch:
                     self._changed(self.list())
                     relist = False
                     log.info("%s re-listed: %d endpoints", self.name, len(self.current))
+                began = time.monotonic()
                 self._watch()
-                backoff = BACKOFF_MIN_S  # the server ended the watch cleanly: renew it at once
+                backoff = BACKOFF_MIN_S  # the server ended the watch cleanly: renew it (not in a hot loop)
+                if time.monotonic() - began < 1.0:
+                    self._stop.wait(BACKOFF_MIN_S)
                 continue
             except ApiException as exc:
                 if exc.status == 410:  # our resourceVersion is too old: list again, then watch from there
