@@ -408,6 +408,16 @@ def trusted_networks(cidrs: list[str]) -> list[ipaddress.IPv4Network | ipaddress
     return out
 
 
+def is_trusted(remote: str | None, networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> bool:
+    """Whether a client's `x-slogate-*` headers count: its address is in `networks` (an unknown one,
+    a Unix socket or an address the proxy did not pass on, never)."""
+    try:
+        addr = ipaddress.ip_address(remote or "")
+    except ValueError:
+        return False
+    return any(addr in net for net in networks)
+
+
 ADMIN_ON_PROXY = "proxy"
 
 

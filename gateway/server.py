@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import gc
 import hashlib
-import ipaddress
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -28,6 +27,7 @@ from slogate.gateway.client_limits import ClientLimits, connection_cap
 from slogate.gateway.config import (
     GatewayConfig,
     admin_address,
+    is_trusted,
     known_models,
     parse_hostport,
     parse_slos,
@@ -156,7 +156,7 @@ class Gateway:
                 endpoint = admin.get(request.path)
                 if endpoint is not None:
                     return request.conn.reply(await endpoint())
-            if request.headers.control and not _trusted(request.remote, trusted):
+            if request.headers.control and not is_trusted(request.remote, trusted):
                 request.headers = request.headers.without_control()
             await relay(request)
 
@@ -226,14 +226,6 @@ def client_limits(cfg: GatewayConfig) -> ClientLimits:
     c = cfg.client
     return ClientLimits(header=c.header_timeout, body=c.body_timeout, body_min_rate=c.body_min_rate,
                         idle=c.keepalive_timeout, cap=connection_cap(c.max_connections))
-
-
-def _trusted(remote: str | None, networks: list) -> bool:
-    try:
-        addr = ipaddress.ip_address(remote or "")
-    except ValueError:
-        return False  # a Unix socket or an unknown peer: not trusted
-    return any(addr in net for net in networks)
 
 
 def _tune_runtime() -> None:

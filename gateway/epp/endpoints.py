@@ -1,9 +1,9 @@
 """Where the EPP's endpoints come from: `--endpoint` values, or a file re-read when it changes.
 
 The file holds one endpoint per line (`IP:PORT`, or an upstream URL with the gateway's `#pool=...`
-options); blank lines and lines starting with `#` are skipped. On a change the gateway's router is
-replaced by one over the new list (counters carry over; in-flight requests finish on the old one).
-Never blocks the loop for long: the file is polled once a second with one `stat`.
+options); blank lines and lines starting with `#` are skipped. A changed list goes to the pool updater
+(gateway/epp/pool.py, shared with the Kubernetes watch). Never blocks the loop for long: the file is
+polled once a second with one `stat`.
 """
 
 from __future__ import annotations
@@ -14,21 +14,15 @@ import ipaddress
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from slogate.gateway.routing.router import Router
-from slogate.gateway.routing.upstreams import UpstreamSpec, parse_upstream
-from slogate.gateway.upstream import Upstream
+from slogate.gateway.epp.pool import Picker, PoolUpdater
 from slogate.traces.usage import UsageError
 
 if TYPE_CHECKING:
     from slogate.gateway.server import Gateway
 
 log = logging.getLogger("slogate.epp")
-
-
-class Picker(Protocol):
-    empty: bool  # no endpoint: the EPP answers 503
 
 
 def endpoint_url(text: str) -> str:
@@ -62,15 +56,14 @@ def read_endpoints(path: str | Path) -> list[str]:
 
 
 class EndpointsFile:
-    """Polls the endpoints file; replaces the gateway's router when the list changes."""
+    """Polls the endpoints file; hands a changed list to the pool updater (gateway/epp/pool.py)."""
 
     def __init__(self, path: str, gateway: Gateway, picker: Picker, interval: float = 1.0) -> None:
         self.path = path
-        self.gateway = gateway
-        self.picker = picker
         self.interval = interval
         self._mtime = self._stat()
-        self.current = read_endpoints(path)  # as the CLI read it at startup
+        # as the CLI read it at startup
+        self.updater = PoolUpdater(gateway, picker, "endpoints file", current=read_endpoints(path))
         self._task: asyncio.Task | None = None
 
     def _stat(self) -> float | None:
@@ -97,42 +90,6 @@ class EndpointsFile:
                 continue
             self._mtime = mtime
             try:
-                urls = read_endpoints(self.path)
-                specs = [parse_upstream(u) for u in urls]
+                await self.updater.apply(read_endpoints(self.path))
             except UsageError as exc:
                 log.warning("endpoints file not applied: %s", exc)
-                continue
-            if urls != self.current:
-                await self.apply(specs)
-                self.current = urls
-
-    async def apply(self, specs: list[UpstreamSpec]) -> None:
-        """Route over `specs` from now on (none: every request is answered 503)."""
-        gw = self.gateway
-        if not specs:
-            self.picker.empty = True
-            log.warning("endpoints file lists no endpoint: answering 503")
-            return
-        old = gw.router
-        cfg = gw.cfg
-        new = Router(specs, cfg.routing, expected_output_tokens=cfg.expected_output_tokens)
-        new.metrics = old.metrics  # counters stay monotonic across the change
-        kept = {u.name: u for u in gw.upstreams}
-        ups: list[Upstream] = []
-        for state in new.states:
-            u = kept.pop(state.name, None)
-            if u is None:
-                u = Upstream(state.spec.url, state.name)
-                await u.start(cfg.timeouts, cfg.max_connections_per_upstream)
-            state.target = u
-            ups.append(u)
-        c = gw.routing_collector  # /metrics reads the new router's gauges from now on
-        c.m, c.queue_depths, c.health = new.metrics, new.queue_depths, new.health_states
-        gw.router = gw.relay.router = new
-        gw.upstreams = ups
-        self.picker.empty = False
-        await new.start()
-        await old.close()
-        for u in kept.values():
-            await u.close()
-        log.info("endpoints now: %s", ", ".join(s.name for s in new.states))

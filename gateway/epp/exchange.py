@@ -16,7 +16,9 @@ from typing import Any, Protocol
 import orjson
 
 from slogate.gateway import assemble
+from slogate.gateway.config import is_trusted
 from slogate.gateway.epp import messages as m
+from slogate.gateway.headers import CONTROL_PREFIX
 from slogate.gateway.recorder import Recorder
 from slogate.gateway.routing.admission import Rejected, parse_priority, rejection_response
 from slogate.gateway.routing.health import OTHER, outcome_of
@@ -48,14 +50,16 @@ class Parts(Protocol):
 class EppExchange:
     """State of one ext_proc stream (see the module docstring)."""
 
-    __slots__ = ("body", "busy_ns", "headers", "info", "inject", "lease", "local_error", "obs", "outcome", "parsed",
-                 "parts", "path", "priority_header", "route", "router", "seen", "sse_answer", "status", "strip", "t0",
-                 "t_last", "tpot", "ttft")
+    __slots__ = ("body", "busy_ns", "drop", "headers", "info", "inject", "lease", "local_error", "obs", "outcome",
+                 "parsed", "parts", "path", "priority_header", "route", "router", "seen", "sse_answer", "status",
+                 "strip", "t0", "t_last", "tpot", "trusted", "ttft")
 
-    def __init__(self, parts: Parts, *, inject_usage: bool, priority_header: str) -> None:
+    def __init__(self, parts: Parts, *, inject_usage: bool, priority_header: str, trusted: list) -> None:
         self.parts = parts
         self.inject = inject_usage
         self.priority_header = priority_header
+        self.trusted = trusted  # --trust-header-from: the networks whose x-slogate-* headers count
+        self.drop: list[str] = []  # x-slogate-* headers of an untrusted client: removed before Envoy forwards
         self.t0 = 0
         self.t_last = 0
         self.busy_ns = 0  # EPP time spent on this request's messages (the record's `overhead`)
@@ -110,7 +114,12 @@ class EppExchange:
     # ------------------------------------------------------------------ the request: pick an endpoint
     async def _request_headers(self, msg: m.Incoming, t: int) -> Responses:
         self.t0 = t
-        self.headers = msg.headers or {}
+        self.headers = headers = msg.headers or {}
+        control = [k for k in headers if k.startswith(CONTROL_PREFIX)]
+        if control and not is_trusted(msg.source, self.trusted):  # as the gateway: no effect, never forwarded
+            for k in control:
+                del headers[k]
+            self.drop = control
         self.path = self.headers.get(":path", "/").split("?", 1)[0]
         if msg.end_of_stream:  # no body (GET /v1/models, ...): route on the headers alone
             return await self._route(t, body_end=None)
@@ -152,9 +161,9 @@ class EppExchange:
         endpoint = host_port(lease.upstream.spec.url)
         if self.strip:  # the body grew: its length, and an identity stream so the usage chunk can be cut
             out = [m.route_to(endpoint, set_headers=[("content-length", str(len(send)))],
-                              remove=["accept-encoding"])]
+                              remove=[*self.drop, "accept-encoding"])]
         else:
-            out = [m.route_to(endpoint)]
+            out = [m.route_to(endpoint, remove=self.drop)]
         if body_end is not None:
             out.append(m.request_body(send, body_end))
         return out

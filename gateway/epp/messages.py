@@ -23,19 +23,24 @@ KINDS = {2: "request_headers", 3: "response_headers", 4: "request_body", 5: "res
          6: "request_trailers", 7: "response_trailers"}
 _HEADERS, _BODY, _TRAILERS = frozenset({2, 3}), frozenset({4, 5}), frozenset({6, 7})
 OVERWRITE_IF_EXISTS_OR_ADD = 2  # HeaderValueOption.HeaderAppendAction
+# ProcessingRequest.attributes (map<string, Struct>): what the filter's `request_attributes` asks
+# Envoy to send; the EPP reads the client's address (for --trust-header-from) and nothing else.
+ATTRIBUTES = 9
+SOURCE_ADDRESS = b"source.address"
 
 
 class Incoming:
     """One decoded ProcessingRequest: its kind and the part of it the EPP reads."""
 
-    __slots__ = ("body", "end_of_stream", "headers", "kind")
+    __slots__ = ("body", "end_of_stream", "headers", "kind", "source")
 
     def __init__(self, kind: str | None, headers: dict[str, str] | None = None, body: bytes = b"",
-                 end_of_stream: bool = False) -> None:
+                 end_of_stream: bool = False, source: str | None = None) -> None:
         self.kind = kind  # None: a message kind this EPP does not handle (answered with nothing)
         self.headers = headers  # headers and trailers: lower-case names, pseudo-headers included
         self.body = body
         self.end_of_stream = end_of_stream
+        self.source = source  # the client's IP (Envoy's `source.address` attribute), when Envoy sends it
 
 
 # ------------------------------------------------------------------------------------ decoding
@@ -96,27 +101,64 @@ def _header_map(buf: bytes, out: dict[str, str]) -> None:
 
 
 def decode(data: bytes) -> Incoming:
+    out: Incoming | None = None
+    source: str | None = None
     for num, wire, sub in _fields(data):
-        if wire != 2 or num not in KINDS:
+        if wire != 2:
             continue
-        kind = KINDS[num]
-        if num in _BODY:  # HttpBody{bytes body = 1; bool end_of_stream = 2}
-            body, end = b"", False
-            for f, _, v in _fields(sub):  # type: ignore[arg-type]
-                if f == 1:
-                    body = v  # type: ignore[assignment]
-                elif f == 2:
-                    end = bool(v)
-            return Incoming(kind, body=body, end_of_stream=end)
-        headers: dict[str, str] = {}
-        end = False
-        for f, w, v in _fields(sub):  # type: ignore[arg-type]
-            if f == 1 and w == 2:  # HttpHeaders.headers / HttpTrailers.trailers: a HeaderMap
-                _header_map(v, headers)  # type: ignore[arg-type]
-            elif f == 3 and w == 0 and num in _HEADERS:
+        if num == ATTRIBUTES:
+            source = _source_address(sub)  # type: ignore[arg-type]
+        elif num in KINDS and out is None:
+            out = _request(num, sub)  # type: ignore[arg-type]
+    if out is None:
+        return Incoming(None)
+    out.source = source
+    return out
+
+
+def _request(num: int, sub: bytes) -> Incoming:
+    kind = KINDS[num]
+    if num in _BODY:  # HttpBody{bytes body = 1; bool end_of_stream = 2}
+        body, end = b"", False
+        for f, _, v in _fields(sub):
+            if f == 1:
+                body = v  # type: ignore[assignment]
+            elif f == 2:
                 end = bool(v)
-        return Incoming(kind, headers=headers, end_of_stream=end)
-    return Incoming(None)
+        return Incoming(kind, body=body, end_of_stream=end)
+    headers: dict[str, str] = {}
+    end = False
+    for f, w, v in _fields(sub):
+        if f == 1 and w == 2:  # HttpHeaders.headers / HttpTrailers.trailers: a HeaderMap
+            _header_map(v, headers)  # type: ignore[arg-type]
+        elif f == 3 and w == 0 and num in _HEADERS:
+            end = bool(v)
+    return Incoming(kind, headers=headers, end_of_stream=end)
+
+
+def _source_address(entry: bytes) -> str | None:
+    """One `attributes` map entry {string key = 1; Struct value = 2}: the IP of its `source.address`
+    (Struct{map<string, Value> fields = 1}, Value.string_value = 3, "IP:PORT" or "[IPv6]:PORT")."""
+    for f, _, struct in _fields(entry):
+        if f != 2:
+            continue
+        for g, _, field in _fields(struct):  # type: ignore[arg-type]
+            if g != 1:
+                continue
+            key = value = b""
+            for h, _, v in _fields(field):  # type: ignore[arg-type]
+                if h == 1:
+                    key = v  # type: ignore[assignment]
+                elif h == 2:
+                    value = v  # type: ignore[assignment]
+            if key != SOURCE_ADDRESS:
+                continue
+            for h, _, v in _fields(value):
+                if h == 3:
+                    text = v.decode()  # type: ignore[union-attr]
+                    host = text.rsplit(":", 1)[0] if text.count(":") == 1 or text.startswith("[") else text
+                    return host.strip("[]")
+    return None
 
 
 # ------------------------------------------------------------------------------------ encoding

@@ -11,16 +11,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import grpc
 
 from slogate.gateway import http_server
-from slogate.gateway.config import GatewayConfig, admin_address, parse_hostport
+from slogate.gateway.config import GatewayConfig, admin_address, parse_hostport, trusted_networks
 from slogate.gateway.epp import messages as m
 from slogate.gateway.epp.endpoints import EndpointsFile
 from slogate.gateway.epp.exchange import EppExchange
+from slogate.gateway.epp.pool import PoolUpdater
 from slogate.gateway.routing.router import Router
 from slogate.gateway.server import Gateway, _tune_runtime, stop_on_signals
+
+if TYPE_CHECKING:
+    from slogate.gateway.epp.kube import SliceWatch
 
 log = logging.getLogger("slogate.epp")
 
@@ -32,9 +37,10 @@ class Picker:
         self.gateway = gateway
         self.inject = gateway.cfg.inject_usage
         self.priority_header = gateway.cfg.routing.priority_header
+        self.trusted = trusted_networks(gateway.cfg.trust_header_from)
         self.recorder = gateway.recorder
         self.start_ns = gateway.start_ns
-        self.empty = False  # the endpoints file lists none: every request is answered 503
+        self.empty = False  # the endpoint source lists none: every request is answered 503
         self.active = 0  # ext_proc streams open now
 
     @property
@@ -43,7 +49,7 @@ class Picker:
 
     async def process(self, requests: AsyncIterator[m.Incoming],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-        ex = EppExchange(self, inject_usage=self.inject, priority_header=self.priority_header)
+        ex = EppExchange(self, inject_usage=self.inject, priority_header=self.priority_header, trusted=self.trusted)
         self.active += 1
         try:
             async for req in requests:
@@ -59,8 +65,10 @@ class Picker:
         return grpc.method_handlers_generic_handler(m.SERVICE, {m.METHOD: method})
 
 
-async def serve(cfg: GatewayConfig, *, endpoints_file: str | None = None, stop: asyncio.Event | None = None) -> None:
-    """Run the EPP until `stop` is set (or SIGTERM/SIGINT): gRPC on `cfg.listen`, admin on `cfg.admin_listen`."""
+async def serve(cfg: GatewayConfig, *, endpoints_file: str | None = None, kube: SliceWatch | None = None,
+                stop: asyncio.Event | None = None) -> None:
+    """Run the EPP until `stop` is set (or SIGTERM/SIGINT): gRPC on `cfg.listen`, admin on `cfg.admin_listen`.
+    `kube`: a listed EndpointSlice watch (gateway/epp/kube.py), started here in its thread."""
     gateway = Gateway(cfg)
     await gateway.startup()
     _tune_runtime()
@@ -73,6 +81,7 @@ async def serve(cfg: GatewayConfig, *, endpoints_file: str | None = None, stop: 
         raise OSError(98, f"cannot listen on {cfg.listen}")
     admin_server = None
     watcher = EndpointsFile(endpoints_file, gateway, picker) if endpoints_file else None
+    updater = PoolUpdater(gateway, picker, kube.name, current=kube.current) if kube is not None else None
     try:
         await server.start()
         where = admin_address(cfg)  # the CLI refuses "proxy": --listen is gRPC
@@ -82,7 +91,10 @@ async def serve(cfg: GatewayConfig, *, endpoints_file: str | None = None, stop: 
             admin_server = (await http_server.start_server(admin, ahost, aport, backlog=128), admin.registry)
         if watcher is not None:
             watcher.start()
-        ups = ", ".join(s.name for s in gateway.router.states)
+        if updater is not None and kube is not None:
+            updater.start()
+            kube.start(updater.offer_threadsafe)
+        ups = ", ".join(s.name for s in gateway.router.states) or "no endpoint yet"
         trace = f"trace to {cfg.trace.dir}" if cfg.trace.dir else "no trace capture"
         log.info("ext_proc on %s → %s; admin on %s:%s; %s", cfg.listen, ups, *(where or ("-", "-")), trace)
         await stop.wait()
@@ -90,6 +102,9 @@ async def serve(cfg: GatewayConfig, *, endpoints_file: str | None = None, stop: 
     finally:
         if watcher is not None:
             await watcher.stop()
+        if updater is not None and kube is not None:
+            kube.stop()
+            await updater.stop()
         await server.stop(cfg.shutdown_grace)
         if admin_server is not None:
             admin_server[0].close()

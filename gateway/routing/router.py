@@ -60,8 +60,8 @@ class RouteRequest:
 class Router:
     def __init__(self, specs: Sequence[UpstreamSpec], cfg: RoutingConfig | None = None, *,
                  expected_output_tokens: int = 256, shared: SharedRouting | None = None) -> None:
-        if not specs:
-            raise ValueError("at least one upstream")
+        # No specs: only the EPP's, before its endpoint source lists any (its picker answers 503 and
+        # never asks); the gateway's config refuses an empty upstream list.
         self.cfg = cfg = cfg or RoutingConfig()
         # --workers N: in-flight counts, ejection and the admission lock shared by all workers (shared_state.py)
         self.shared = shared

@@ -328,3 +328,60 @@ def test_an_endpoint_envoy_cannot_reach_is_recorded_as_connect_and_ejected_at_on
     assert statuses.count(503) == 1 and statuses.count(200) == 7, statuses
     assert status["windows"]["5m"]["errors_by_class"] == {"connect": 1}
     assert metric_sum(samples, "slogate_ejections_total", upstream=dead, reason="connect_error") == 1
+
+
+def _post(url: str, max_tokens: int, headers: dict[str, str]) -> int:
+    body = orjson.dumps({"model": SIM_MODEL, "messages": MESSAGES, "max_tokens": max_tokens, "stream": True,
+                         "ignore_eos": True})
+    status, _, _ = http_request(url, "POST", "/v1/chat/completions", body,
+                                {"Content-Type": "application/json", **headers})
+    return status
+
+
+def _served_order(envoy_url: str, epp_admin: str) -> list[str]:
+    """One endpoint, one request at a time: a long request holds it, then `low` (priority 0) and
+    `high` (x-slogate-priority: 10) queue in that order; the order they are served in."""
+    done: list[str] = []
+
+    def run(name: str, tokens: int, headers: dict[str, str]) -> None:
+        assert _post(envoy_url, tokens, headers) == 200
+        done.append(name)
+
+    def depth() -> int:
+        return get_json(epp_admin + "/slogate/status")["routing"]["queue_depth"].get("default", 0)
+
+    threads = [threading.Thread(target=run, args=("hold", 150, {}))]
+    threads[0].start()
+    assert wait_for(lambda: metric_sum(metric_samples(epp_admin), "slogate_inflight_requests") == 1, timeout=10)
+    for name, headers, queued in (("low", {}, 1), ("high", {"x-slogate-priority": "10"}, 2)):
+        threads.append(threading.Thread(target=run, args=(name, 3, headers)))
+        threads[-1].start()
+        assert wait_for(lambda q=queued: depth() == q, timeout=10)
+    for t in threads:
+        t.join()
+    return done
+
+
+def test_control_headers_count_and_reach_the_endpoint_only_from_trusted_clients(tmp_path: Path):
+    """The gateway's trust rule (tests/gateway/test_poisoning.py) through Envoy: deploy/envoy-epp.yaml
+    sends the client's address (request_attributes: source.address); from a client outside
+    --trust-header-from, x-slogate-priority has no effect and no x-slogate-* header reaches the
+    endpoint; from a trusted one (loopback, the default) both count. Same sim, same requests."""
+    from tests.gateway.test_poisoning import _upstream_head, echo_upstream
+
+    control = {"x-slogate-fault": "reset_after=1", "X-Slogate-Priority": "1000", "x-other": "kept"}
+    untrusted = ("--trust-header-from", "10.0.0.0/8")  # the test client is 127.0.0.1
+    with echo_upstream() as echo, envoy_epp([echo.removeprefix("http://")], tmp_path, *untrusted) as (envoy, _):
+        head = _upstream_head(envoy.url, control)
+    assert "x-slogate" not in head and "x-other: kept" in head
+    admission = ("--max-inflight-requests", "1", "--queue-size", "4", "--health-interval", "0")
+    with start_sim(timing="constant", ttft_ms=10, itl_ms=8) as sim:
+        endpoint = [sim.url.removeprefix("http://")]
+        with envoy_epp(endpoint, tmp_path, *untrusted, *admission) as (envoy, epp):
+            assert _post(envoy.url, 3, {"x-slogate-fault": "error=418"}) == 200  # never reached the sim
+            untrusted_order = _served_order(envoy.url, epp.url)
+        with envoy_epp(endpoint, tmp_path, *admission) as (envoy, epp):
+            assert _post(envoy.url, 3, {"x-slogate-fault": "error=418"}) == 418
+            trusted_order = _served_order(envoy.url, epp.url)
+    assert untrusted_order == ["hold", "low", "high"]  # first come, first served: the priority was dropped
+    assert trusted_order == ["hold", "high", "low"]

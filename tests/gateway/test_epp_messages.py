@@ -27,6 +27,7 @@ with warnings.catch_warnings():  # pydantic deprecation warnings of the generate
         ProcessingRequest,
         ProcessingResponse,
     )
+    from envoy_data_plane.google.protobuf import Struct, Value
 
 from slogate.gateway.epp import messages as m
 
@@ -61,6 +62,23 @@ def test_headers_decode_as_the_generated_classes_encode(pairs, end, which, as_va
 def test_bodies_decode(body, end, which):
     got = m.decode(bytes(ProcessingRequest(**{which: HttpBody(body=body, end_of_stream=end)})))
     assert (got.kind, got.body, got.end_of_stream) == (which, body, end)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ip=st.ip_addresses(), port=st.integers(1, 65535), others=st.dictionaries(names, values, max_size=4),
+       pairs=header_lists)
+def test_the_source_address_attribute_decodes(ip, port, others, pairs):
+    """ProcessingRequest.attributes (sent after the headers, field 9): the IP of source.address."""
+    addr = f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+    fields = {k: Value(string_value=v.decode()) for k, v in others.items() if k != "source.address"}
+    fields["source.address"] = Value(string_value=addr)
+    hv = [HeaderValue(key=k, raw_value=v) for k, v in pairs]
+    data = bytes(ProcessingRequest(request_headers=HttpHeaders(headers=HeaderMap(headers=hv), end_of_stream=True),
+                                   attributes={"envoy.filters.http.ext_proc": Struct(fields=fields)}))
+    got = m.decode(data)
+    assert got.kind == "request_headers" and got.end_of_stream and got.headers == _joined(pairs)
+    assert got.source == str(ip)
+    assert m.decode(bytes(ProcessingRequest(request_headers=HttpHeaders(end_of_stream=True)))).source is None
 
 
 def test_trailers_and_unknown_kinds_decode():
