@@ -47,16 +47,19 @@ class SimReq:
 
     def block_hash(self, i: int) -> Hashable:
         """Block i's chained hash: the prompt's own, else one private to this request (a negative
-        int, so it never equals a trace block's (hash_id, j) tuple; ints hash and compare faster)."""
+        int below any hash(): private_hash; ints hash and compare faster than tuples)."""
         return self.hashes[i] if i < len(self.hashes) else private_hash(self.uid, i)
 
 
 PRIVATE_SHIFT = 32  # block index bits of a private hash (2**32 blocks of 16 tokens: far past any context)
+# below every 64-bit hash() value, so a private hash never equals a prompt's (prefix.hash_pieces)
+PRIVATE_BASE = -(1 << 64) - 1
 
 
 def private_hash(uid: int, i: int) -> int:
-    """Request uid's own block i: −1 − (uid·2³² + i), unique per (uid, i) and never a trace tuple."""
-    return -1 - (uid << PRIVATE_SHIFT) - i
+    """Request uid's own block i: PRIVATE_BASE − (uid·2³² + i), unique per (uid, i), never a
+    trace block's (hash_id, j) tuple nor a hash() of token pieces."""
+    return PRIVATE_BASE - (uid << PRIVATE_SHIFT) - i
 
 
 V0_MAX_PADDINGS = 256  # vLLM 0.2.x SchedulerConfig.max_paddings (its default)
@@ -360,7 +363,7 @@ class Scheduler:
                 full = c // bs
                 blocks, hashes = req.blocks, req.hashes
                 nh = len(hashes)
-                private = -1 - (req.uid << PRIVATE_SHIFT)  # private_hash(uid, j) = private - j
+                private = PRIVATE_BASE - (req.uid << PRIVATE_SHIFT)  # private_hash(uid, j) = private - j
                 for j in range(req.nhashed, full):  # kv.register, inlined (hot: every full block)
                     b = blocks[j]
                     h = hashes[j] if j < nh else private - j
