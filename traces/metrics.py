@@ -7,6 +7,7 @@ gateway, the replay client and the reports all call these, so a number means the
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Sequence
 
 import msgspec
@@ -63,6 +64,11 @@ def summarize(values: Iterable[float | None]) -> Summary:
         return Summary()
     out = {name: percentile(data, q) for name, q in PERCENTILES}
     return Summary(count=len(data), mean=math.fsum(data) / len(data), max=float(data[-1]), **out)
+
+
+def gaps(times: Sequence[float]) -> list[float]:
+    """Differences of consecutive times (inter-token gaps): `b - a` for each pair, in one C loop."""
+    return list(map(operator.sub, times[1:], times[:-1]))
 
 
 def itl_summary(gaps: Sequence[float]) -> ItlSummary | None:

@@ -7,13 +7,12 @@ Never reads a clock or a file: the caller chooses the records and the window.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 
 import msgspec
 
-from slogate.traces.metrics import Summary
+from slogate.traces.metrics import Summary, gaps
 from slogate.traces.metrics import summarize as distribution
 from slogate.traces.record import RequestRecord, effective_e2e, error_class, is_error
 from slogate.traces.slo import Slo, is_good
@@ -212,7 +211,7 @@ def summarize(
         input_tokens_estimated=sum(1 for r in records if r.input_estimated),
         ttft_s=distribution(r.ttft for r in ok),
         tpot_s=distribution(r.tpot for r in ok),
-        itl_s=distribution(gap for r in ok if r.chunk_times for gap in _gaps(r.chunk_times)),
+        itl_s=distribution(gap for r in ok if r.chunk_times for gap in gaps(r.chunk_times)),
         e2e_s=distribution(r.e2e for r in ok),
         effective_e2e_s=distribution(effective_e2e(r) for r in ok),
         schedule_lag_s=distribution(r.lag for r in records),
@@ -241,10 +240,6 @@ def summarize(
     if cost_per_hour_usd is not None:
         add_cost(summary, cost_per_hour_usd)
     return summary
-
-
-def _gaps(times: list[float]) -> list[float]:
-    return [b - a for a, b in itertools.pairwise(times)]
 
 
 class _Drift(msgspec.Struct):

@@ -180,7 +180,8 @@ class Engine:
             if coalesce:  # virtual clock: a run of plain decode steps at once (same token times)
                 t_end, k = sched.run_decodes(t, self.pending[0][0] if self.pending else math.inf, step)
                 if k:
-                    self.busy_time += t_end - t
+                    for busy in sched.run_busy:
+                        self.busy_time += busy
                     t = t_end
                     await clock.sleep_until(t)
                     if self.probe is not None:

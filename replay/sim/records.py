@@ -6,7 +6,6 @@ in a trace); the engine fills them in. No timing logic and no I/O here.
 
 from __future__ import annotations
 
-import itertools
 from typing import Literal
 
 import msgspec
@@ -68,8 +67,7 @@ class SimResult(msgspec.Struct, kw_only=True):
         return None if self.first_scheduled is None else self.first_scheduled - self.arrival
 
     def itl(self) -> list[float]:
-        ts = self.token_times
-        return [b - a for a, b in itertools.pairwise(ts)]
+        return metrics.gaps(self.token_times)
 
     def to_record(self, endpoint: str = "/v1/completions", model: str | None = None) -> RequestRecord:
         status, error, finish = (200, None, "length") if self.error is None else RECORD_ERRORS[self.error]

@@ -47,8 +47,19 @@ class SimReq:
 
     def block_hash(self, i: int) -> Hashable:
         """Block i's chained hash: the prompt's own, else one private to this request (a negative
-        first member, so it never equals a trace block's (hash_id, j))."""
-        return self.hashes[i] if i < len(self.hashes) else (-1 - self.uid, i)
+        int below any hash(): private_hash; ints hash and compare faster than tuples)."""
+        return self.hashes[i] if i < len(self.hashes) else private_hash(self.uid, i)
+
+
+PRIVATE_SHIFT = 32  # block index bits of a private hash (2**32 blocks of 16 tokens: far past any context)
+# below every 64-bit hash() value, so a private hash never equals a prompt's (prefix.hash_pieces)
+PRIVATE_BASE = -(1 << 64) - 1
+
+
+def private_hash(uid: int, i: int) -> int:
+    """Request uid's own block i: PRIVATE_BASE − (uid·2³² + i), unique per (uid, i), never a
+    trace block's (hash_id, j) tuple nor a hash() of token pieces."""
+    return PRIVATE_BASE - (uid << PRIVATE_SHIFT) - i
 
 
 V0_MAX_PADDINGS = 256  # vLLM 0.2.x SchedulerConfig.max_paddings (its default)
@@ -78,6 +89,7 @@ class Scheduler:
         self.new_tokens = 0
         self.kv_tokens = 0
         self.attn_work = 0.0
+        self.run_busy: tuple[float, ...] = ()  # busy-time increments of the last run_decodes
 
     def add(self, req: SimReq) -> None:
         self.waiting.append(req)
@@ -269,39 +281,44 @@ class Scheduler:
     def run_decodes(self, t: float, horizon: float, step: Callable[[int, int, int, float], float]
                     ) -> tuple[float, int]:
         """Run consecutive steps that only decode (nothing waiting, every running request one
-        token from its next output, none finishing, blocks to spare) without forming each step:
-        the same step times (same jitter draws, in order) and token times as stepping one by one
-        (blocks are allocated, and full ones hashed, once for the run). Stops after the step that
-        ends at or past `horizon` (the next arrival). Returns the end time and the steps run (0:
-        the next step is not such a step; form it normally)."""
+        token from its next output, blocks to spare) without forming each step: the same step
+        times (same jitter draws, in order) and token times as stepping one by one (blocks are
+        allocated, and full ones hashed, once for the run, before any request of the last step
+        finishes). The run ends with the step in which the first requests emit their last token
+        (they finish as in complete(): freed in batch order, then on_finish), or after the step
+        that ends at or past `horizon` (the next arrival). Returns the end time and the steps run
+        (0: the next step is not such a step; form it normally)."""
         running = self.running
         b = len(running)
         if self.waiting or not b or b > self.max_num_batched_tokens:
             return t, 0
-        m = 1 << 30  # steps until the first request's last token (that step runs normally)
+        m = 1 << 30  # steps until the first request's last token (included)
         ctx = 0
         for req in running:
             c = req.num_computed
             if c != req.prompt_tokens + req.num_generated - 1:  # prefilling (or a chunk left)
                 return t, 0
-            left = req.output_tokens - req.num_generated - 1
+            left = req.output_tokens - req.num_generated
             if left < m:
                 m = left
             ctx += c
-        if m < 2:
+        if m < 3:  # two steps or fewer: form them one by one (the busy time sums their own durations)
             return t, 0
         kv, bs = self.kv, self.kv.block_size
         if sum(max(0, (r.num_computed + m + bs - 1) // bs - len(r.blocks)) for r in running) > kv.num_free():
             return t, 0  # blocks may run out on the way: the normal path preempts
         kv_tokens, attn = ctx + b, ctx + 0.5 * b  # as _schedule_v1 sums them for n = 1
+        t0 = t
         run = getattr(step, "decode_run", None)  # the roofline's loop without a call per step
         if run is not None:
             times = run(t, b, kv_tokens, attn, m, horizon)
             t = times[-1]
+            last_dt = step.last_dt  # type: ignore[attr-defined]
         else:
             times = []
             for _ in range(m):
-                t += step(b, b, kv_tokens, attn)
+                last_dt = step(b, b, kv_tokens, attn)
+                t += last_dt
                 times.append(t)
                 if t >= horizon:
                     break
@@ -309,9 +326,10 @@ class Scheduler:
                 attn += b
         k = len(times)
         caching = kv.prefix_caching
-        for req in running:
+        finishing = False
+        for req in running:  # the whole run's blocks first: the normal path allocates before it frees
             c = req.num_computed = req.num_computed + k
-            req.num_generated += k
+            g = req.num_generated = req.num_generated + k
             need = (c + bs - 1) // bs - len(req.blocks)
             if need > 0:
                 req.blocks += kv.allocate(need) or []
@@ -323,7 +341,20 @@ class Scheduler:
                 emit = req.emit
                 for tt in times:
                     emit(tt)
+            if g >= req.output_tokens:
+                finishing = True
         self.steps += k
+        # busy time as before the last step joined the run: the run's span, then that step's own
+        self.run_busy = (times[-2] - t0, last_dt) if finishing else (t - t0,)
+        if finishing:  # the last step's finished requests, in batch order (as complete() does)
+            for req in running:
+                if req.num_generated >= req.output_tokens:
+                    req.done = True
+                    kv.free(req.blocks)
+                    req.blocks = []
+                    if req.on_finish is not None:
+                        req.on_finish(req, t)
+            self.running = [r for r in running if not r.done]
         return t, k
 
     def _register_full(self, req: SimReq, computed: int) -> None:
@@ -352,9 +383,10 @@ class Scheduler:
                 full = c // bs
                 blocks, hashes = req.blocks, req.hashes
                 nh = len(hashes)
+                private = PRIVATE_BASE - (req.uid << PRIVATE_SHIFT)  # private_hash(uid, j) = private - j
                 for j in range(req.nhashed, full):  # kv.register, inlined (hot: every full block)
                     b = blocks[j]
-                    h = hashes[j] if j < nh else (-1 - req.uid, j)
+                    h = hashes[j] if j < nh else private - j
                     if block_hash[b] is None and h not in by_hash:
                         block_hash[b] = h
                         by_hash[h] = b

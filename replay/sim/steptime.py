@@ -113,6 +113,7 @@ class Roofline:
                 break
             kv_tokens += seqs
             attn_work += seqs
+        self.last_dt = dt  # the last step's duration as __call__ would return it (busy-time accounting)
         return times
 
 

@@ -187,15 +187,17 @@ def test_coalesced_decode_steps_give_the_same_token_times(config):
         engine = Engine(build(config), VirtualClock())
         engine.coalesce = coalesce
         times: list[list[float]] = []
+        finished: list[tuple[int, float]] = []  # on_finish calls in order (a run's last step finishes some)
         for uid, (arrival, prompt, out, prefix) in enumerate(shapes):
             times.append([])
             hashes = [("p", prefix, i) for i in range(prompt // 16)]  # four shared prefixes
-            req = SimReq(uid, arrival, prompt, out, hashes, times[-1].append)
+            req = SimReq(uid, arrival, prompt, out, hashes, times[-1].append,
+                         on_finish=lambda r, t_end: finished.append((r.uid, t_end)))
             req.emit_all = times[-1].extend if coalesce else None
             engine.submit(req)
         drive(engine.run())
-        return times, engine.sched.steps, engine.sched.num_preemptions, engine.kv.hits
+        return times, finished, engine.sched.steps, engine.sched.num_preemptions, engine.kv.hits
 
     fast, slow = run(True), run(False)
     assert fast == slow
-    assert sum(map(len, fast[0])) == sum(s[2] for s in shapes)
+    assert sum(map(len, fast[0])) == sum(s[2] for s in shapes) and len(fast[1]) == len(shapes)

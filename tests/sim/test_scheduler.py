@@ -98,6 +98,27 @@ def test_lru_evicts_freed_blocks_oldest_first():
     assert kv.allocate(2) is None
 
 
+def test_lru_order_survives_blocks_taken_back_many_times():
+    """The LRU is a queue with lazy deletion: a block taken back (a prefix hit) leaves a stale entry
+    and is queued again when freed, so it moves to the young end; thousands of such cycles compact
+    the queue and the eviction order stays oldest-freed first."""
+    kv = KVCache(8)
+    blocks = kv.allocate(3)
+    for b, h in zip(blocks, "abc", strict=True):
+        kv.register(b, h)
+    for b in blocks:
+        kv.free([b])  # freed a, b, c in that order
+    hit = kv.lookup(["b"], 1)
+    for _ in range(3000):  # "b" taken back and freed again: stale entries pile up, then are dropped
+        kv.touch(hit)
+        kv.free(hit)
+    assert len(kv._lru) <= 2 * kv.num_blocks + 1024 + 1 and kv.num_free() == 8 and kv.used == 0
+    assert kv.allocate(6) is not None  # five never-hashed blocks, then the oldest cached: "a"
+    assert kv.lookup(["a"], 1) == [] and kv.lookup(["c"], 1) != [] and kv.lookup(["b"], 1) == hit
+    assert kv.allocate(1) is not None  # then "c": "b" was freed last
+    assert kv.lookup(["c"], 1) == [] and kv.lookup(["b"], 1) == hit and kv.num_free() == 1
+
+
 def test_v0_prefill_first_stalls_decodes():
     def decode_stalls(policy: str) -> int:
         s = Scheduler(KVCache(2000), max_num_seqs=8, max_num_batched_tokens=8192, policy=policy)
