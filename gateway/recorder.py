@@ -9,12 +9,12 @@ or hashing itself.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import pairwise
 from typing import Any, Protocol
 
 from slogate.gateway.capture import Capture
 from slogate.gateway.live_metrics import LiveMetrics
 from slogate.gateway.status import StatusWindow
+from slogate.traces.metrics import gaps as chunk_gaps
 from slogate.traces.record import RequestRecord
 from slogate.traces.slo import Slo, is_good
 
@@ -54,7 +54,7 @@ class Recorder:
         chunk_times = record.chunk_times
         gaps = None
         if chunk_times is not None and len(chunk_times) > 1:
-            gaps = [b - a for a, b in pairwise(chunk_times)]
+            gaps = chunk_gaps(chunk_times)
         self.metrics.observe(record, goods, gaps)
         self.status.add(record)
         for sink in self.sinks:
