@@ -316,12 +316,13 @@ class Router:
     async def start(self, on_health_change: Callable[[UpstreamState, bool], None] | None = None) -> None:
         """Start active health checks and metric scraping (whichever is configured)."""
         cfg = self.cfg
-        if self.health_interval <= 0 and not cfg.scrape_upstream_metrics:
+        checks = self.health_interval > 0 and (self.shared is None or self.shared.runs_health_checks)
+        if not checks and not cfg.scrape_upstream_metrics:
             return
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=4 * len(self.states) + 4),
             cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
-        if self.health_interval > 0:
+        if checks:  # --workers N: worker 0 checks, the verdict is shared (routing/shared_state.py)
             def changed(s: UpstreamState, healthy: bool) -> None:
                 s.last_reason = "back in service: health checks pass" if healthy else _SKIP_UNHEALTHY
                 if on_health_change is not None:

@@ -2,7 +2,8 @@
 
 Each worker writes only its own slots (in-flight requests and tokens per upstream, admission queue
 depth); readers sum the N slots, so least-tokens and the admission limit see the whole gateway.
-Passive ejection is one slot per upstream (last writer wins). The admission check-and-claim is
+Passive ejection is one slot per upstream (last writer wins); so is the active health verdict,
+which only worker 0 writes (it alone runs the checks, as Envoy's main thread does for its workers). The admission check-and-claim is
 atomic under an `flock` (released by the kernel when a holder is killed). Never does I/O per request
 beyond that lock, never holds request data.
 """
@@ -20,7 +21,7 @@ _INT = 8  # bytes per slot (signed 64-bit ints, one float64 per upstream for the
 
 
 class SharedLayout:
-    """Where each slot lives: requests[u][w], tokens[u][w], queue_depth[w], ejected_until[u]."""
+    """Where each slot lives: requests[u][w], tokens[u][w], queue_depth[w], unhealthy[u], ejected_until[u]."""
 
     def __init__(self, n_upstreams: int, n_workers: int) -> None:
         self.n_upstreams = n_upstreams
@@ -28,7 +29,8 @@ class SharedLayout:
         self.req = 0
         self.tok = n_upstreams * n_workers
         self.queue = 2 * n_upstreams * n_workers
-        self.ints = self.queue + n_workers
+        self.unhealthy = self.queue + n_workers  # 0: healthy (a zeroed file starts every upstream in service)
+        self.ints = self.unhealthy + n_upstreams
         self.size = (self.ints + n_upstreams) * _INT
 
 
@@ -91,6 +93,11 @@ class SharedRouting:
     def set_queue_depth(self, depth: int) -> None:
         self.ints[self.layout.queue + self.worker] = depth
 
+    @property
+    def runs_health_checks(self) -> bool:
+        """One worker checks for all (worker 0, and its replacement after a restart)."""
+        return self.worker == 0
+
 
 class _Claim:
     """The lock as a reusable context manager (no generator per request)."""
@@ -108,13 +115,14 @@ class _Claim:
 
 
 class SharedUpstreamState(UpstreamState):
-    """An `UpstreamState` whose in-flight counts and ejection deadline are gateway-wide.
+    """An `UpstreamState` whose in-flight counts, ejection deadline and health verdict are gateway-wide.
 
     Reading `inflight_requests` sums every worker's slot and remembers the sum; writing it adds
     (value written - sum read) to this worker's slot. `Lease`'s `+=`/`-=` (a read then a write, with
     no await between on one event loop) thus move only this worker's share, never another's."""
 
-    __slots__ = ("_eject", "_floats", "_ints", "_own_req", "_own_tok", "_req", "_seen_req", "_seen_tok", "_tok")
+    __slots__ = ("_eject", "_floats", "_health", "_ints", "_live", "_own_req", "_own_tok", "_req", "_seen_req",
+                 "_seen_tok", "_tok")
 
     def __init__(self, spec: UpstreamSpec, index: int, shared: SharedRouting, **limits: int | None) -> None:
         lay = shared.layout
@@ -127,9 +135,10 @@ class SharedUpstreamState(UpstreamState):
         self._own_tok = lay.tok + index * n + shared.worker
         self._seen_req = self._seen_tok = 0  # the base __init__ "sets 0": a zero delta
         self._eject = index
-        ejected = self._floats[index]
-        super().__init__(spec, index, **limits)
-        self._floats[index] = ejected  # a restarted worker keeps the gateway's ejection
+        self._health = lay.unhealthy + index
+        self._live = False  # the base __init__'s defaults must not overwrite the gateway's verdicts:
+        super().__init__(spec, index, **limits)  # a restarted worker keeps the ejection and health
+        self._live = True
 
     @property  # type: ignore[override]
     def inflight_requests(self) -> int:
@@ -157,4 +166,14 @@ class SharedUpstreamState(UpstreamState):
 
     @ejected_until.setter
     def ejected_until(self, value: float) -> None:
-        self._floats[self._eject] = value
+        if self._live:
+            self._floats[self._eject] = value
+
+    @property  # type: ignore[override]
+    def healthy(self) -> bool:
+        return not self._ints[self._health]
+
+    @healthy.setter
+    def healthy(self, value: bool) -> None:
+        if self._live:
+            self._ints[self._health] = 0 if value else 1

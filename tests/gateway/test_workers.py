@@ -13,10 +13,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from tests.gateway.fixtures_gateway import (
     get_json,
@@ -226,6 +228,82 @@ async def test_killed_worker_is_replaced_and_the_other_workers_streams_finish():
     assert metric_sum(samples, "slogate_requests_total") == 10 + (12 - broken) + 1
     assert status["requests_total"] == status["windows"]["1m"]["requests"] == 10 + (12 - broken) + 1
     assert completed(after)
+
+
+class HealthProbes:
+    """A real HTTP upstream that only answers `GET /health` (200, or 503 once `healthy` is False) and
+    notes when each probe came: no LLM endpoint, so a request routed to it fails."""
+
+    def __init__(self) -> None:
+        self.at: list[float] = []
+        self.healthy = True
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    async def _health(self, request: web.Request) -> web.Response:
+        self.at.append(time.monotonic())
+        return web.Response(status=200 if self.healthy else 503)
+
+    async def __aenter__(self) -> HealthProbes:
+        app = web.Application()
+        app.router.add_get("/health", self._health)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._runner.cleanup()
+
+    async def wait_probes(self, n: int, timeout: float = 20.0) -> None:
+        end = time.monotonic() + timeout
+        while len(self.at) < n:
+            assert time.monotonic() < end, f"{len(self.at)} health probes, waited for {n}"
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
+async def test_one_health_checker_for_all_workers_and_a_restart_keeps_its_verdict():
+    """Active checks run in worker 0 alone: probes come one per interval, not one per worker (a
+    checker sleeps an interval between rounds, so 20 probes from one take >= 19 intervals; from two,
+    about half that). Both workers route by the shared verdict, and worker 0's replacement keeps it:
+    the upstream never reads as healthy again while its probes fail."""
+    interval = 0.1
+    admin_port = free_port()
+    admin = admin_url(admin_port)
+    async with HealthProbes() as flaky:
+        with start_sim(**FAST) as sim, \
+                workers([f"{sim.url}#name=good", f"{flaky.url}#name=flaky"], "--policy", "round-robin",
+                        "--health-interval", str(interval), admin=admin_port) as gw:
+            pids = (await asyncio.to_thread(both_up, admin))["workers"]["pids"]
+            first = len(flaky.at)
+            await flaky.wait_probes(first + 20)
+            span = flaky.at[first + 19] - flaky.at[first]
+            assert span >= 19 * interval * 0.97, f"20 probes in {span:.2f} s: more than one checker"
+
+            def flaky_healthy() -> float:
+                return metric_sum(metric_samples(admin), "slogate_upstream_healthy", upstream="flaky")
+
+            flaky.healthy = False  # the merged gauge is the largest of the workers': 0 when every worker says so
+            assert await asyncio.to_thread(wait_for, lambda: flaky_healthy() == 0)
+            async with new_connections() as s:  # spread over both workers: none goes to flaky
+                results = await asyncio.gather(*(stream(s, gw.url, body(2)) for _ in range(20)))
+            assert all(completed(r) for r in results), [r[0] for r in results]
+
+            os.kill(pids[0], signal.SIGKILL)  # the checker
+            seen = []
+            while True:  # until the replacement answers and probes: the verdict never flips back
+                seen.append(await asyncio.to_thread(flaky_healthy))
+                doc = await asyncio.to_thread(get_json, admin + "/slogate/status")
+                if doc["workers"]["answering"] == 2 and doc["workers"]["pids"][0] != pids[0]:
+                    break
+            replaced = len(flaky.at)
+            await flaky.wait_probes(replaced + 3)  # the new worker 0 checks
+            seen.append(await asyncio.to_thread(flaky_healthy))
+            assert seen and max(seen) == 0, seen
+            async with new_connections() as s:
+                results = await asyncio.gather(*(stream(s, gw.url, body(2)) for _ in range(10)))
+            assert all(completed(r) for r in results), [r[0] for r in results]
 
 
 @pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
