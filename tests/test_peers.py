@@ -1,8 +1,8 @@
 """slogate side by side with independent clients (issue 20): AIPerf and guidellm stream chats through
 the gateway to the real llama.cpp server, offline (the GGUF's own tokenizer in a local HF cache). Per
-request, each client's TTFT and E2E are never below the gateway's; from the gateway's t0 on (both
-clocks started when its loop has the request) they exceed them by ≤ 2 ms at the median, and the time
-before t0 (the client's send, the request waiting in the gateway's socket) is printed beside it.
+request, each client's TTFT and E2E are never below the gateway's and exceed them by ≤ 2 ms at the
+median, both in all and from the gateway's t0 on (both clocks started when its loop has the request);
+the time before t0 (the client's send, the request waiting in the gateway's socket) is printed.
 `slogate replay --prompt-tokens content` on the same workload agrees with AIPerf within 5 %, each
 figure over what the gateway saw of that client's own requests."""
 
@@ -93,7 +93,13 @@ def _clients_off_the_server_core(server_pid: int, gateway_pid: int) -> Iterator[
     """llama.cpp alone on the first CPU; the gateway, this process and what it starts (the peers'
     processes, the replay) on the others, so neither client's own CPU use slows the server it
     measures. (With the gateway beside llama.cpp instead, it waits for the busy server thread: the
-    client − gateway TTFT median went to 6.5 ms, 1.5 ms of it after the gateway's t0.)"""
+    client − gateway TTFT median went to 6.5 ms, 1.5 ms of it after the gateway's t0.)
+
+    A sidecar in production has a core when a request comes; here it shares one with a client of
+    ~10 processes, which held it while the request waited in the gateway's socket (AIPerf: 2.6 ms
+    median from its start to the gateway's t0, no gateway timestamp can include that). So the
+    gateway runs at real-time priority (SCHED_FIFO 1) on the shared core: it reads a request, or a
+    token, when it arrives, and the clients get the core whenever the gateway waits."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         yield
@@ -101,6 +107,12 @@ def _clients_off_the_server_core(server_pid: int, gateway_pid: int) -> Iterator[
     _pin(server_pid, {cpus[0]})
     os.sched_setaffinity(0, set(cpus[1:]))
     _pin(gateway_pid, set(cpus[1:]))
+    try:
+        for tid in os.listdir(f"/proc/{gateway_pid}/task"):  # threads it starts later inherit it
+            os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(1))
+    except PermissionError:
+        pytest.fail("the peer test runs the gateway at SCHED_FIFO priority 1 (a core of its own when it "
+                    "needs one): that needs root or CAP_SYS_NICE")
     try:
         yield
     finally:
@@ -129,7 +141,8 @@ def _check_agreement(name: str, pairs: list[tuple[PeerRequest, GatewayRequest]],
     client's start (the client's own send work, then the request waiting in the gateway's socket until
     its loop reads it: no gateway figure can include that), and the like-for-like rest, both clocks
     started at t0: client first token / end − gateway first token / end (the gateway's forwarding and
-    the client's read). Never negative, each; the like-for-like median ≤ 2 ms (issue 20's bound)."""
+    the client's read). Never negative, each; the medians of the whole difference, and of the
+    like-for-like part, ≤ 2 ms (issue 20's bound)."""
     entry = [g.start - p.start for p, g in pairs]
     d_ttft = [p.ttft - g.ttft for p, g in pairs]
     d_e2e = [p.e2e - getattr(g, end) for p, g in pairs]
@@ -147,6 +160,7 @@ def _check_agreement(name: str, pairs: list[tuple[PeerRequest, GatewayRequest]],
     assert min(d_ttft) >= 0 and min(d_e2e) >= 0, (d_ttft, d_e2e)
     assert min(entry) >= 0 and min(like_ttft) >= 0 and min(like_e2e) >= 0, (entry, like_ttft, like_e2e)
     assert med(like_ttft) <= 0.002 and med(like_e2e) <= 0.002, (like_ttft, like_e2e)
+    assert med(d_ttft) <= 0.002 and med(d_e2e) <= 0.002, (d_ttft, d_e2e)
 
 
 def test_aiperf_through_gateway_agrees_with_gateway_and_replay(tmp_path: Path) -> None:
