@@ -86,6 +86,12 @@ class _Conn(asyncio.Protocol):
             self.transport.close()
 
 
+def _expire(conn: _Conn, fut: asyncio.Future[int]) -> None:
+    if not fut.done():
+        fut.set_exception(HttpError("timeout"))
+        conn._close()
+
+
 class Pending:
     """A request written (or to be written) on a connection, awaiting its response."""
 
@@ -145,21 +151,23 @@ class Pool:
                 p.fut = p.conn.request(p.data, p.feed)
             conn, fut = p.conn, p.fut
             assert fut is not None
+            # One timer handle per request (not `asyncio.wait_for`'s wrapper task machinery): at the
+            # deadline it fails the exchange with a timeout and closes the connection.
+            timer = asyncio.get_running_loop().call_later(max(deadline - time.perf_counter(), 0.001),
+                                                          _expire, conn, fut)
             try:
-                status = await asyncio.wait_for(fut, max(deadline - time.perf_counter(), 0.001))
-            except TimeoutError:
-                if conn.transport is not None:
-                    conn.transport.close()
-                raise HttpError("timeout") from None
+                status = await fut
             except asyncio.CancelledError:  # an interrupted run: the server sees the client go
                 if conn.transport is not None:
                     conn.transport.close()
                 raise
-            except HttpError:
-                if reused and not conn.got_bytes and attempt == 0:
+            except HttpError as exc:
+                if exc.kind != "timeout" and reused and not conn.got_bytes and attempt == 0:
                     p.conn = p.fut = None  # a stale keep-alive connection: once more on a fresh one
                     continue
                 raise
+            finally:
+                timer.cancel()
             if status in (429, 503) and conn._parser is not None and conn._parser.head is not None:
                 p.retry_after = conn._parser.head.headers.get("Retry-After")
             if not conn.closed:

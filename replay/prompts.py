@@ -10,7 +10,7 @@ stores real prompt text; calibration talks to the tokenizer only before a run.
 from __future__ import annotations
 
 import asyncio
-import random
+import hashlib
 from collections import OrderedDict
 
 import msgspec
@@ -37,12 +37,28 @@ class PromptPlan(msgspec.Struct):
 
 
 class PromptBuilder:
-    """Builds the prompt text of a planned request (cached per hash block)."""
+    """Builds the prompt text of a planned request (cached per hash block).
+
+    Words are drawn from SHAKE-128 of the block's (or the request's) key: one byte per word scaled to
+    the vocabulary, the same on every worker and platform, ~4x cheaper than seeding a `random.Random`
+    per request (on the replay's send path)."""
 
     def __init__(self, plan: PromptPlan):
         self.plan = plan
         self._vocab = [" " + w for w in plan.vocab]
+        n = len(self._vocab)
+        self._wide = n > 256  # more words than a byte can pick: two bytes per word
+        self._table = None if self._wide else bytes((b * n) >> 8 for b in range(256))
         self._blocks: OrderedDict[int, list[str]] = OrderedDict()
+
+    def _draw(self, key: str, k: int) -> list[str]:
+        """`k` words from the stream of `key`."""
+        vocab = self._vocab
+        if self._table is None:
+            raw = hashlib.shake_128(key.encode()).digest(2 * k)
+            n = len(vocab)
+            return [vocab[int.from_bytes(raw[i:i + 2]) % n] for i in range(0, 2 * k, 2)]
+        return list(map(vocab.__getitem__, hashlib.shake_128(key.encode()).digest(k).translate(self._table)))
 
     def content_tokens(self, req: PlannedRequest) -> int:
         return max(0 if self.plan.anchor or self.plan.base_tokens else 1, req.input_tokens - self.plan.base_tokens)
@@ -51,8 +67,7 @@ class PromptBuilder:
         """The first `n` words of hash block `h` (the same for every request and worker)."""
         words = self._blocks.get(h)
         if words is None or len(words) < n:
-            rng = random.Random(f"{self.plan.seed}:{h}")
-            words = rng.choices(self._vocab, k=max(n, self.plan.block_size))
+            words = self._draw(f"{self.plan.seed}:{h}", max(n, self.plan.block_size))
             self._blocks[h] = words
             if len(self._blocks) > BLOCK_CACHE_SIZE:
                 self._blocks.popitem(last=False)
@@ -69,8 +84,8 @@ class PromptBuilder:
                 break
             out += self.block_words(h, min(bs, n - len(out)))
         if len(out) < n:  # tokens past the shared blocks: unique to this request
-            rng = random.Random(f"{self.plan.seed}:u:{req.seed_key if req.seed_key is not None else req.index}")
-            out += rng.choices(self._vocab, k=n - len(out))
+            out += self._draw(f"{self.plan.seed}:u:{req.seed_key if req.seed_key is not None else req.index}",
+                              n - len(out))
         return out
 
     def text(self, req: PlannedRequest) -> str:

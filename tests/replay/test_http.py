@@ -113,6 +113,27 @@ def test_connect_refused_and_timeout() -> None:
     run(go())
 
 
+def test_a_silent_reused_connection_times_out_once_and_is_not_retried() -> None:
+    """The timeout fires on a kept-alive connection that got no byte: a timeout (not a stale
+    connection to retry), the connection is closed, and the next request opens a new one."""
+    async def go() -> None:
+        ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+        server, seen = await serve([ok, b"", ok])  # the second request gets no answer at all
+        pool = Pool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", {})
+        assert await pool.post("/x", b"{}", lambda b, t: None, timeout_s=5) == 200
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(HttpError) as e:
+            await pool.post("/x", b"{}", lambda b, t: None, timeout_s=0.3)
+        assert e.value.kind == "timeout" and loop.time() - t0 >= 0.29
+        assert seen == [0, 1]  # not sent again
+        assert await pool.post("/x", b"{}", lambda b, t: None, timeout_s=5) == 200
+        assert seen == [0, 1, 2]
+        server.close()
+
+    run(go())
+
+
 def test_hostile_framing_is_a_protocol_failure_in_the_record_and_never_raises_in_the_protocol() -> None:
     from slogate.replay.client import ClientConfig, complete, start
     from tests import hostile_upstream

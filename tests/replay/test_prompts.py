@@ -83,3 +83,16 @@ def test_calibration_over_http_against_sim_tokenize() -> None:
     with start_sim(timing="constant", ttft_ms=1, itl_ms=1) as sim:
         p, n = asyncio.run(go(sim.url))
     assert p.exact and n == 1234
+
+
+@pytest.mark.parametrize("vocab_size", [17, 256, 300])
+def test_word_draws_use_the_whole_vocabulary_and_extend_as_prefixes(vocab_size: int) -> None:
+    """Words come from a keyed XOF stream: any vocabulary size (two bytes per word above 256), every
+    word reachable, and a longer draw of a block starts with the shorter one (cache extension)."""
+    from slogate.replay.prompts import PromptPlan
+
+    b = PromptBuilder(PromptPlan(vocab=[f"w{i}" for i in range(vocab_size)], base_tokens=0, seed=3, block_size=64))
+    short, long = b._draw("3:7", 50), b._draw("3:7", 20_000)
+    assert long[:50] == short and len(long) == 20_000
+    assert len(set(long)) == vocab_size
+    assert b._draw("3:8", 50) != short
