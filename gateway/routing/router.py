@@ -316,13 +316,15 @@ class Router:
     async def start(self, on_health_change: Callable[[UpstreamState, bool], None] | None = None) -> None:
         """Start active health checks and metric scraping (whichever is configured)."""
         cfg = self.cfg
-        checks = self.health_interval > 0 and (self.shared is None or self.shared.runs_health_checks)
-        if not checks and not cfg.scrape_upstream_metrics:
+        probes = self.shared is None or self.shared.runs_probes  # --workers N: worker 0 probes for all
+        checks = self.health_interval > 0 and probes
+        scrapes = cfg.scrape_upstream_metrics and probes
+        if not checks and not scrapes:
             return
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=4 * len(self.states) + 4),
             cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
-        if checks:  # --workers N: worker 0 checks, the verdict is shared (routing/shared_state.py)
+        if checks:  # with --workers N the verdict and the scraped load are shared (routing/shared_state.py)
             def changed(s: UpstreamState, healthy: bool) -> None:
                 s.last_reason = "back in service: health checks pass" if healthy else _SKIP_UNHEALTHY
                 if on_health_change is not None:
@@ -330,7 +332,7 @@ class Router:
 
             self._tasks.append(asyncio.create_task(
                 health.health_loop(self._session, self.states, cfg.health, self.health_interval, changed)))
-        if cfg.scrape_upstream_metrics:
+        if scrapes:
             timeout = min(cfg.scrape_interval, 5.0)
             self._tasks.append(asyncio.create_task(
                 scrape_loop(self._session, self.states, cfg.scrape_interval, timeout)))

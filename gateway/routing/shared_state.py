@@ -2,8 +2,9 @@
 
 Each worker writes only its own slots (in-flight requests and tokens per upstream, admission queue
 depth); readers sum the N slots, so least-tokens and the admission limit see the whole gateway.
-Passive ejection is one slot per upstream (last writer wins); so is the active health verdict,
-which only worker 0 writes (it alone runs the checks, as Envoy's main thread does for its workers). The admission check-and-claim is
+Passive ejection is one slot per upstream (last writer wins); so are the active health verdict and
+the scraped engine load, which only worker 0 writes (it alone probes the upstreams, as Envoy's main
+thread does for its workers). The admission check-and-claim is
 atomic under an `flock` (released by the kernel when a holder is killed). Never does I/O per request
 beyond that lock, never holds request data.
 """
@@ -11,6 +12,7 @@ beyond that lock, never holds request data.
 from __future__ import annotations
 
 import fcntl
+import math
 import mmap
 import os
 from pathlib import Path
@@ -21,7 +23,8 @@ _INT = 8  # bytes per slot (signed 64-bit ints, one float64 per upstream for the
 
 
 class SharedLayout:
-    """Where each slot lives: requests[u][w], tokens[u][w], queue_depth[w], unhealthy[u], ejected_until[u]."""
+    """Where each slot lives. Ints: requests[u][w], tokens[u][w], queue_depth[w], unhealthy[u]; floats:
+    ejected_until[u], then the scraped engine load: waiting[u], kv_usage[u], scraped_at[u] (0: never)."""
 
     def __init__(self, n_upstreams: int, n_workers: int) -> None:
         self.n_upstreams = n_upstreams
@@ -31,7 +34,8 @@ class SharedLayout:
         self.queue = 2 * n_upstreams * n_workers
         self.unhealthy = self.queue + n_workers  # 0: healthy (a zeroed file starts every upstream in service)
         self.ints = self.unhealthy + n_upstreams
-        self.size = (self.ints + n_upstreams) * _INT
+        self.waiting, self.kv_usage, self.scraped_at = n_upstreams, 2 * n_upstreams, 3 * n_upstreams
+        self.size = (self.ints + 4 * n_upstreams) * _INT
 
 
 def create(path: Path, n_upstreams: int, n_workers: int) -> None:
@@ -94,8 +98,8 @@ class SharedRouting:
         self.ints[self.layout.queue + self.worker] = depth
 
     @property
-    def runs_health_checks(self) -> bool:
-        """One worker checks for all (worker 0, and its replacement after a restart)."""
+    def runs_probes(self) -> bool:
+        """One worker runs the health checks and metric scrapes for all (worker 0, or its replacement)."""
         return self.worker == 0
 
 
@@ -115,14 +119,15 @@ class _Claim:
 
 
 class SharedUpstreamState(UpstreamState):
-    """An `UpstreamState` whose in-flight counts, ejection deadline and health verdict are gateway-wide.
+    """An `UpstreamState` whose in-flight counts, ejection deadline, health verdict and scraped load are
+    gateway-wide.
 
     Reading `inflight_requests` sums every worker's slot and remembers the sum; writing it adds
     (value written - sum read) to this worker's slot. `Lease`'s `+=`/`-=` (a read then a write, with
     no await between on one event loop) thus move only this worker's share, never another's."""
 
-    __slots__ = ("_eject", "_floats", "_health", "_ints", "_live", "_own_req", "_own_tok", "_req", "_seen_req",
-                 "_seen_tok", "_tok")
+    __slots__ = ("_at", "_eject", "_floats", "_health", "_ints", "_kv", "_live", "_own_req", "_own_tok", "_req",
+                 "_seen_req", "_seen_tok", "_tok", "_waiting")
 
     def __init__(self, spec: UpstreamSpec, index: int, shared: SharedRouting, **limits: int | None) -> None:
         lay = shared.layout
@@ -136,6 +141,7 @@ class SharedUpstreamState(UpstreamState):
         self._seen_req = self._seen_tok = 0  # the base __init__ "sets 0": a zero delta
         self._eject = index
         self._health = lay.unhealthy + index
+        self._waiting, self._kv, self._at = lay.waiting + index, lay.kv_usage + index, lay.scraped_at + index
         self._live = False  # the base __init__'s defaults must not overwrite the gateway's verdicts:
         super().__init__(spec, index, **limits)  # a restarted worker keeps the ejection and health
         self._live = True
@@ -177,3 +183,34 @@ class SharedUpstreamState(UpstreamState):
     def healthy(self, value: bool) -> None:
         if self._live:
             self._ints[self._health] = 0 if value else 1
+
+    # The scraped load: three slots written one after another by the scraper; a reader between two
+    # writes mixes two scrapes of one upstream, which the router takes as the estimate it is.
+    @property  # type: ignore[override]
+    def scraped_waiting(self) -> float:
+        return self._floats[self._waiting]
+
+    @scraped_waiting.setter
+    def scraped_waiting(self, value: float) -> None:
+        if self._live:
+            self._floats[self._waiting] = value
+
+    @property  # type: ignore[override]
+    def scraped_kv_usage(self) -> float:
+        return self._floats[self._kv]
+
+    @scraped_kv_usage.setter
+    def scraped_kv_usage(self, value: float) -> None:
+        if self._live:
+            self._floats[self._kv] = value
+
+    @property  # type: ignore[override]
+    def scraped_at(self) -> float:
+        """Monotonic seconds (one clock for every process of the host); -inf when never scraped."""
+        at = self._floats[self._at]
+        return at if at > 0 else -math.inf
+
+    @scraped_at.setter
+    def scraped_at(self, value: float) -> None:
+        if self._live and value > 0:
+            self._floats[self._at] = value

@@ -232,11 +232,14 @@ async def test_killed_worker_is_replaced_and_the_other_workers_streams_finish():
 
 class HealthProbes:
     """A real HTTP upstream that only answers `GET /health` (200, or 503 once `healthy` is False) and
-    notes when each probe came: no LLM endpoint, so a request routed to it fails."""
+    `GET /metrics` (a vLLM page: `waiting` requests waiting) and notes when each probe came: no LLM
+    endpoint, so a request routed to it fails."""
 
-    def __init__(self) -> None:
+    def __init__(self, waiting: int = 0) -> None:
         self.at: list[float] = []
+        self.scraped: list[float] = []
         self.healthy = True
+        self.waiting = waiting
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
 
@@ -244,9 +247,15 @@ class HealthProbes:
         self.at.append(time.monotonic())
         return web.Response(status=200 if self.healthy else 503)
 
+    async def _metrics(self, request: web.Request) -> web.Response:
+        self.scraped.append(time.monotonic())
+        return web.Response(text=f"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting {self.waiting}\n"
+                                 "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.9\n")
+
     async def __aenter__(self) -> HealthProbes:
         app = web.Application()
         app.router.add_get("/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
@@ -255,10 +264,11 @@ class HealthProbes:
     async def __aexit__(self, *exc: object) -> None:
         await self._runner.cleanup()
 
-    async def wait_probes(self, n: int, timeout: float = 20.0) -> None:
+    async def wait_probes(self, n: int, timeout: float = 20.0, scrapes: bool = False) -> None:
+        seen = self.scraped if scrapes else self.at
         end = time.monotonic() + timeout
-        while len(self.at) < n:
-            assert time.monotonic() < end, f"{len(self.at)} health probes, waited for {n}"
+        while len(seen) < n:
+            assert time.monotonic() < end, f"{len(seen)} probes, waited for {n}"
             await asyncio.sleep(0.01)
 
 
@@ -304,6 +314,35 @@ async def test_one_health_checker_for_all_workers_and_a_restart_keeps_its_verdic
             async with new_connections() as s:
                 results = await asyncio.gather(*(stream(s, gw.url, body(2)) for _ in range(10)))
             assert all(completed(r) for r in results), [r[0] for r in results]
+
+
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
+async def test_one_scraper_for_all_workers_and_both_route_by_its_figures(tmp_path):
+    """`--scrape-upstream-metrics` with --workers 2: worker 0 alone scrapes (20 scrapes take >= 19
+    intervals), and both workers route by what it read. The busy upstream reports 50 requests
+    waiting and cannot serve a chat: requests spread over both workers on fresh connections all
+    finish, so neither worker sent one there (without the shared figures, worker 1 would see no
+    scraped load and least-tokens would send it half of them)."""
+    interval = 0.1
+    admin_port = free_port()
+    admin = admin_url(admin_port)
+    config = tmp_path / "gateway.toml"
+    config.write_text(f"[routing]\nscrape_interval = {interval}\n")
+    async with HealthProbes(waiting=50) as busy:
+        with start_sim(**FAST) as sim, \
+                workers([f"{sim.url}#name=good", f"{busy.url}#name=busy"], "--scrape-upstream-metrics",
+                        "--config", str(config), "--health-interval", "0", admin=admin_port) as gw:
+            await asyncio.to_thread(both_up, admin)
+            first = len(busy.scraped)
+            await busy.wait_probes(first + 20, scrapes=True)
+            span = busy.scraped[first + 19] - busy.scraped[first]
+            assert span >= 19 * interval * 0.97, f"20 scrapes in {span:.2f} s: more than one scraper"
+            async with new_connections() as s:
+                results = await asyncio.gather(*(stream(s, gw.url, body(2)) for _ in range(20)))
+            samples = metric_samples(admin)
+    assert all(completed(r) for r in results), [r[0] for r in results]
+    assert metric_sum(samples, "slogate_routing_decisions_total", upstream="good") == 20
+    assert metric_sum(samples, "slogate_routing_decisions_total", upstream="busy") == 0
 
 
 @pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
