@@ -45,7 +45,7 @@ def test_soak_verdict_catches_growth_and_loss() -> None:
 @pytest.mark.timeout(300)
 def test_a_short_soak_is_flat_and_loses_nothing(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
-    proc = subprocess.run([sys.executable, str(SOAK), "--minutes", "1.25", "--sample-s", "10", "--out", str(out)],
+    proc = subprocess.run([sys.executable, str(SOAK), "--minutes", "0.75", "--sample-s", "5", "--rate", "10", "--out", str(out)],
                           capture_output=True, text=True, timeout=240, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = orjson.loads(out.read_bytes())

@@ -21,7 +21,13 @@ from slogate.cli import main as slogate
 from slogate.replay.results import load as load_results
 from slogate.replay.sweep import load as load_sweep
 from slogate.traces.reader import read_trace
-from tests.replay.test_report import SECTIONS, chromium, console_errors
+from tests.replay.test_report import (
+    SECTIONS,
+    assert_four_sections,
+    assert_self_contained,
+    chromium,
+    console_errors,
+)
 from tests.servers import REPO, SLOGATE
 
 DEMO = [*SLOGATE, "demo", "--no-progress", "--status-every", "2s"]
@@ -269,3 +275,30 @@ def test_bad_flags_are_one_line_exit_2(args: list[str], message: str, tmp_path: 
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "o").exists()  # nothing started, nothing written
+
+
+def test_demo_report_has_the_four_sections_filled(demo: tuple[Path, str, float], tmp_path: Path) -> None:
+    """`make demo` → `slogate demo` (short): environment filled for the sims ("not recorded" where
+    nothing said), load histograms, conclusions with capacity, binding and cost; Chromium renders it
+    with no console errors; screenshots in this test's tmp dir."""
+    out, _, _ = demo  # the module's one demo run (it is the same command)
+    page = out / "report.html"
+    html = page.read_text()
+    assert_self_contained(html)
+    env = html[html.index('<section id="environment">'):html.index('<section id="load">')]
+    for value in ("A100-80G", "H100-SXM", "L40S", "slogate-sim", "80 GiB", "sim config"):
+        assert value in env, value
+    assert "not recorded" in env  # driver / CUDA: nobody says
+    load = html[html.index('<section id="load">'):html.index('<section id="metrics">')]
+    assert load.count('<img src="data:image/png;base64,') >= 3  # arrivals + length histograms per run
+    topics = [c["topic"] for c in json.loads((out / "conclusions.json").read_text())["conclusions"]]
+    assert {"capacity", "binding", "cost", "trust"} <= set(topics)
+    dom = chromium("--dump-dom", page.as_uri(), tmp=tmp_path)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert_four_sections(dom.stdout)
+    assert not console_errors(dom.stderr), console_errors(dom.stderr)
+    for width, height, name in ((1280, 6000, "demo-report.png"), (390, 4000, "demo-report-phone.png")):
+        shot = tmp_path / name
+        res = chromium(f"--screenshot={shot}", f"--window-size={width},{height}", page.as_uri(), tmp=tmp_path)
+        assert res.returncode == 0 and shot.stat().st_size > 30_000, res.stderr[-2000:]
+        assert not console_errors(res.stderr), console_errors(res.stderr)
