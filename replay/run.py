@@ -75,6 +75,9 @@ class ReplayOptions(msgspec.Struct, kw_only=True):
     trace: str | None = None
     trace_digest: str | None = None
     keep_chunk_times: bool = True
+    # virtual runs without chunk times: still keep them for the requests the throughput window cuts
+    # (streaming at its end), so every rate and token count is the one with them (slogate plan's points)
+    window_chunk_times: bool = False
     stop_on_error: bool = False  # session timing: a failed turn ends its session (--on-turn-error stop)
     prompt_tokens: str = "server"  # server: prompt_tokens on the server (template included) | content: message content
     calibrate: bool = True  # False (--no-calibrate): no calibration chats; needs a tokenizer
@@ -156,7 +159,8 @@ def _run_virtual(workload: Workload, options: ReplayOptions, path: str,
     samples = VirtualSamples(options.scrape_interval_s or 1.0) if options.out_dir else None  # the sim's telemetry
     items, stats = run_virtual(workload, spec.sim, endpoint=path, model=options.model or spec.sim.get("model"),
                                stop_on_error=options.stop_on_error, stop_when=stop_when, probe=samples,
-                               keep_chunk_times=options.keep_chunk_times)
+                               keep_chunk_times=options.keep_chunk_times,
+                               window_chunk_times=options.window_chunk_times)
     if samples is not None and options.out_dir:
         samples.write(Path(options.out_dir) / "metrics.jsonl")
     env = _environment(options, workload, Probe(models=[spec.sim.get("model", "")], kind="slogate-sim"),

@@ -7,6 +7,7 @@ Never touches the network or the wall clock beyond timing itself.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from itertools import repeat
@@ -14,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from slogate.replay.worker import REPEAT_INDEX_STEP, Item
 from slogate.replay.workload import Workload
+from slogate.traces.record import RequestRecord
+from slogate.traces.summary import finished_at, offered_window, run_window
 
 if TYPE_CHECKING:
     from slogate.replay.sim.engine import Probe
@@ -22,12 +25,14 @@ if TYPE_CHECKING:
 
 def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, model: str | None,
                 stop_on_error: bool = False, stop_when: Callable[[SimResult, float], bool] | None = None,
-                probe: Probe | None = None, keep_chunk_times: bool = True) -> tuple[list[Item], dict[str, float]]:
+                probe: Probe | None = None, keep_chunk_times: bool = True,
+                window_chunk_times: bool = False) -> tuple[list[Item], dict[str, float]]:
     """Simulate the workload; returns (items, engine stats). Linked turns (session timing) go
     through the sim's dependent-release API: each is sent its think time after its predecessor ended.
     `stop_when` (open loop only) is the sim's early stop: stats["stopped_at"] is when it fired, else -1.
     `probe` sees each engine after each step (replay.virtual_samples records the server telemetry).
-    Without `keep_chunk_times` records carry no per-token times (the ITL summary stays)."""
+    Without `keep_chunk_times` records carry no per-token times (the ITL summary stays); with
+    `window_chunk_times` too, only the records the throughput window cuts keep them (window_cut)."""
     from slogate.replay.sim.engine import SimRequest, closed_loop, dependent, run_virtual
     from slogate.replay.target import sim_config
     from slogate.replay.workload import root_session
@@ -67,11 +72,34 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
         rec.session = plan.session
         rec.turn, rec.parent_session, rec.think = plan.turn, plan.parent_session, plan.think
         if res.token_times and keep_chunk_times:  # --no-chunk-times, as on HTTP
-            # round(t - arrival, 9) per token, in C loops (this is a large part of a full virtual run)
-            rec.chunk_times = list(map(round, map(operator.sub, res.token_times, repeat(res.arrival)), repeat(9)))
+            rec.chunk_times = _chunk_times(res)
         items.append(Item(index, plan.input_tokens, plan.warmup, rec))
+    if window_chunk_times and not keep_chunk_times:
+        cut = window_cut([it.record for it in items if not it.warmup], open_loop=not workload.concurrency)
+        for it, res in zip(items, run.results, strict=True):
+            if res.token_times and (it.record.error is not None or finished_at(it.record) >= cut):
+                it.record.chunk_times = _chunk_times(res)
     s = run.stats
     stats = {"preemptions": s.preemptions, "prefix_queries_tokens": s.prefix_queries_tokens,
              "prefix_hits_tokens": s.prefix_hits_tokens, "wall_s": s.wall_s, "kv_blocks": s.kv_blocks,
              "stopped_at": -1.0 if s.stopped_at is None else s.stopped_at, "peak_running": s.peak_running}
     return items, stats
+
+
+def _chunk_times(res: SimResult) -> list[float]:
+    # round(t - arrival, 9) per token, in C loops (this is a large part of a full virtual run)
+    return list(map(round, map(operator.sub, res.token_times, repeat(res.arrival)), repeat(9)))
+
+
+CUT_MARGIN_S = 1e-6  # chunk times are rounded to 1e-9 s: a request ending closer than this to the end may cross it
+
+
+def window_cut(records: list[RequestRecord], *, open_loop: bool) -> float:
+    """From when on a request's tokens may fall outside the summary's throughput window (replay.finish:
+    the offered window open loop, first send to last completion closed loop). Every token of a request
+    that ended before it is inside the window (it starts at the first arrival or send), and then the
+    window counts exactly its output tokens with or without chunk times (traces.summary.output_tokens_in)."""
+    if not records:
+        return math.inf
+    window = offered_window(records) if open_loop else run_window(records)
+    return window.end - CUT_MARGIN_S

@@ -20,6 +20,7 @@ from slogate.replay import workload as wl
 from slogate.replay.run import ReplayOptions, replay_virtual
 from slogate.replay.sim.records import SimResult
 from slogate.replay.sweep import SweepPoint, find_knee, point_from_results
+from slogate.traces.metrics import summarize as distribution
 from slogate.traces.record import RequestRecord
 from slogate.traces.slo import Slo
 from slogate.traces.summary import RunSummary
@@ -65,15 +66,18 @@ def runner(base: wl.Workload, target: str, slo: Slo, model: str, *, attainment: 
            chunk_times: bool = True) -> Runner:
     """A function simulating `base` at a speed-up (one virtual replay per call). With `attainment`
     each run stops as soon as that target can no longer be met (`Point.stopped_at`). Without
-    `chunk_times` the records keep no per-token times (replay's --no-chunk-times): the attainment is
-    the same, the window's token counts spread each request's tokens evenly, and it runs faster."""
+    `chunk_times` only the records the throughput window cuts keep their per-token times
+    (replay.virtual.window_cut): every number of the point is the same, it runs faster, and its
+    summary has no ITL distribution (gaps of a few requests would be no figure)."""
     options = ReplayOptions(target=target, model=model, virtual=True, slos=[slo], endpoint="completions",
-                            keep_chunk_times=chunk_times)
+                            keep_chunk_times=chunk_times, window_chunk_times=not chunk_times)
 
     def run(speed: float) -> Point:
         w = msgspec.structs.replace(base, requests=wl.speed(base.requests, speed),
                                     description=[*base.description, f"speed={speed:g}"])
         out = replay_virtual(w, options, stop_when=None if attainment is None else lost(w, slo, attainment))
+        if not chunk_times:
+            out.results.summary.itl_s = distribution(())
         stats = out.sim_stats or {}
         point = diagnose(speed, out.results.summary, out.records, slo, point_from_results(speed, "", out.results),
                          preemptions=int(stats.get("preemptions", 0)), kv_blocks=int(stats.get("kv_blocks", 0)))

@@ -217,10 +217,10 @@ def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, c
         row.fits, row.reason = False, fit.reason
         row.wall_s = round(time.perf_counter() - t0, 3)
         return row
-    # search points need the attainment only: no per-token times (the operating point keeps them)
+    # per-token times only where the throughput window cuts a request (capacity.runner): the same numbers
     run = cap.runner(workload, cand.target, settings.slo, cand.model,
                      attainment=settings.attainment if settings.early_stop else None, chunk_times=not settings.fast)
-    op_run = cap.runner(workload, cand.target, settings.slo, cand.model)  # runs to the end
+    op_run = cap.runner(workload, cand.target, settings.slo, cand.model, chunk_times=not settings.fast)  # to the end
     if reuse is not None:
         run = reuse.wrap(run, row.max_num_seqs, stops=settings.early_stop)
         op_run = reuse.wrap(op_run, row.max_num_seqs, stops=False)

@@ -82,3 +82,40 @@ def test_fast_plan_matches_the_plain_search_within_its_precision() -> None:
     # 256 and 512 never bind on this trace: the same search, answered from the first one's points
     assert by["a100-80g/llama-3-8b?max_num_seqs=256"].capacity_rps == by["a100-80g/llama-3-8b?max_num_seqs=512"].capacity_rps
     assert by["a100-80g/llama-3-8b?max_num_seqs=4"].capacity_rps < by["a100-80g/llama-3-8b?max_num_seqs=256"].capacity_rps
+
+
+@pytest.mark.parametrize("attainment", [None, 0.99])  # run to the end (operating point) / stop early (search)
+def test_points_without_token_times_have_the_same_numbers(attainment: float | None) -> None:
+    """plan simulates every point without per-token times but where the throughput window cuts a
+    request (replay.virtual.window_cut): its curve, rates, goodput and cost row equal those of a run
+    with all token times, exactly; only the ITL distribution is left out."""
+    from slogate.replay.plan import capacity as cap
+    from slogate.replay.plan import cost as costs
+
+    reqs = poisson(400, 8.0, seed=11)
+    w = wl.Workload(requests=[wl.PlannedRequest(index=i, t=r.arrival, input_tokens=r.prompt_tokens,
+                                                output_tokens=r.output_tokens) for i, r in enumerate(reqs)],
+                    source="test")
+    slo = parse_slo("ttft=1,tpot=0.05")
+    rows = []
+    for chunk_times in (True, False):
+        point = cap.runner(w, "sim:a100-80g/llama-3-8b", slo, "llama-3-8b", attainment=attainment,
+                           chunk_times=chunk_times)(0.9)
+        s = point.summary
+        c = costs.cost(s, gpus_per_replica=1, operating_rps=s.offered_rate_rps, peak_rps=10.0, at_rate_rps=None,
+                       usd_per_gpu_hour=1.8)
+        rows.append((point, s, c))
+    (p1, s1, c1), (p0, s0, c0) = rows
+    assert (p0.stopped_at is None) == (attainment is None) and p0.stopped_at == p1.stopped_at
+    if attainment is None:
+        assert 0.5 < (s1.slo_attainment or 0) < 1.0  # some requests miss the SLO: goodput ≠ throughput
+        assert s1.drain_requests > 0  # the window cuts requests: their token times decide the rates
+    else:  # the stopped run aborts what is in flight: those records keep their token times
+        assert s1.failed > 0 and s1.failed == s0.failed
+    assert p0.curve == p1.curve and c0 == c1
+    for field in ("request_rate_rps", "output_tokens_per_s", "total_tokens_per_s", "goodput_rps",
+                  "goodput_tokens_per_s", "drain_output_tokens", "slo_attainment", "ttft_s", "tpot_s", "e2e_s"):
+        assert getattr(s0, field) == getattr(s1, field), field
+    assert (p0.peak_in_flight, p0.ttft_violations, p0.tpot_violations) == (p1.peak_in_flight, p1.ttft_violations,
+                                                                           p1.tpot_violations)
+    assert s1.itl_s.count > 0 and s0.itl_s.count == 0  # the one thing all token times add: the ITL gaps
