@@ -16,7 +16,7 @@ from slogate.replay.worker import Item
 from slogate.replay.workload import Workload
 from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.slo import Slo
-from slogate.traces.summary import Planned, RunSummary, offered_window, run_window
+from slogate.traces.summary import Planned, RunSummary, Window, offered_window, run_window
 from slogate.traces.summary import summarize as summarize_records
 
 
@@ -39,16 +39,19 @@ def redact(command: list[str]) -> list[str]:
     return out
 
 
+def window(records: Sequence[RequestRecord], *, open_loop: bool) -> Window:
+    """The summary's throughput window: the offered window open loop (the same for every candidate
+    replaying the schedule); closed loop (no schedule): first send to last completion."""
+    return offered_window(records) if open_loop else run_window(records)
+
+
 def summarize(records: list[RequestRecord], planned: list[Planned] | None, *,
               slos: Sequence[Slo], cost_per_hour: float | None, lag_bound_s: float, open_loop: bool,
               input_floor: int | None = None) -> RunSummary:
-    """RunSummary of measured records, with the run-level measurements (also used by merge).
-
-    Open loop: rates over the offered window (the same for every candidate replaying the schedule);
-    closed loop (no schedule): first send to last completion."""
-    window = offered_window(records) if open_loop else run_window(records)
-    summary = summarize_records(records, window=window, slos=slos, planned=planned, input_floor=input_floor,
-                                offered_rate_rps=measure.offered_rate(records) if open_loop else None,
+    """RunSummary of measured records, with the run-level measurements (also used by merge); rates
+    over `window`."""
+    summary = summarize_records(records, window=window(records, open_loop=open_loop), slos=slos, planned=planned,
+                                input_floor=input_floor, offered_rate_rps=measure.offered_rate(records) if open_loop else None,
                                 cost_per_hour_usd=cost_per_hour)
     summary.send_rate_rps = measure.send_rate(records)
     summary.lag_bound_s = lag_bound_s

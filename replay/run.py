@@ -33,6 +33,7 @@ from slogate.replay.target import Probe, apply_probe, check_model, parse_target,
 from slogate.replay.tokenizers import FileTokenizer, TokenCounter, UsageCounter, probe_server_tokenizer
 from slogate.replay.worker import Item, WorkerSpec, run_share
 from slogate.replay.workload import Workload, mean_rate, split_for_workers
+from slogate.traces.metrics import Summary
 from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.slo import Slo
 from slogate.traces.usage import UsageError
@@ -76,7 +77,8 @@ class ReplayOptions(msgspec.Struct, kw_only=True):
     trace_digest: str | None = None
     keep_chunk_times: bool = True
     # virtual runs without chunk times: still keep them for the requests the throughput window cuts
-    # (streaming at its end), so every rate and token count is the one with them (slogate plan's points)
+    # (streaming at its end), so every rate and token count is the one with them (slogate plan's
+    # points); the summary's ITL distribution stays empty
     window_chunk_times: bool = False
     stop_on_error: bool = False  # session timing: a failed turn ends its session (--on-turn-error stop)
     prompt_tokens: str = "server"  # server: prompt_tokens on the server (template included) | content: message content
@@ -166,7 +168,10 @@ def _run_virtual(workload: Workload, options: ReplayOptions, path: str,
     env = _environment(options, workload, Probe(models=[spec.sim.get("model", "")], kind="slogate-sim"),
                        Forcing("exact (virtual)"), "virtual", t_wall, workers=0)
     env.clock = "virtual"
-    return _output(items, workload, options, env, cpu=0.0, sim_stats=stats)
+    out = _output(items, workload, options, env, cpu=0.0, sim_stats=stats)
+    if options.window_chunk_times and not options.keep_chunk_times:
+        out.results.summary.itl_s = Summary()  # pooled from the window's edge requests alone it would be no figure
+    return out
 
 
 async def _run_live(workload: Workload, options: ReplayOptions, path: str, interrupt: Interrupt) -> RunOutput:

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from itertools import repeat
 from typing import TYPE_CHECKING
 
+from slogate.replay.finish import window
 from slogate.replay.worker import REPEAT_INDEX_STEP, Item
 from slogate.replay.workload import Workload
 from slogate.traces.record import RequestRecord
-from slogate.traces.summary import finished_at, offered_window, run_window
+from slogate.traces.summary import finished_at
 
 if TYPE_CHECKING:
     from slogate.replay.sim.engine import Probe
@@ -95,11 +96,10 @@ CUT_MARGIN_S = 1e-6  # chunk times are rounded to 1e-9 s: a request ending close
 
 
 def window_cut(records: list[RequestRecord], *, open_loop: bool) -> float:
-    """From when on a request's tokens may fall outside the summary's throughput window (replay.finish:
-    the offered window open loop, first send to last completion closed loop). Every token of a request
+    """From when on a request's tokens may fall outside the summary's throughput window
+    (replay.finish.window). Every token of a request
     that ended before it is inside the window (it starts at the first arrival or send), and then the
     window counts exactly its output tokens with or without chunk times (traces.summary.output_tokens_in)."""
     if not records:
         return math.inf
-    window = offered_window(records) if open_loop else run_window(records)
-    return window.end - CUT_MARGIN_S
+    return window(records, open_loop=open_loop).end - CUT_MARGIN_S

@@ -20,7 +20,6 @@ from slogate.replay import workload as wl
 from slogate.replay.run import ReplayOptions, replay_virtual
 from slogate.replay.sim.records import SimResult
 from slogate.replay.sweep import SweepPoint, find_knee, point_from_results
-from slogate.traces.metrics import summarize as distribution
 from slogate.traces.record import RequestRecord
 from slogate.traces.slo import Slo
 from slogate.traces.summary import RunSummary
@@ -76,8 +75,6 @@ def runner(base: wl.Workload, target: str, slo: Slo, model: str, *, attainment: 
         w = msgspec.structs.replace(base, requests=wl.speed(base.requests, speed),
                                     description=[*base.description, f"speed={speed:g}"])
         out = replay_virtual(w, options, stop_when=None if attainment is None else lost(w, slo, attainment))
-        if not chunk_times:
-            out.results.summary.itl_s = distribution(())
         stats = out.sim_stats or {}
         point = diagnose(speed, out.results.summary, out.records, slo, point_from_results(speed, "", out.results),
                          preemptions=int(stats.get("preemptions", 0)), kv_blocks=int(stats.get("kv_blocks", 0)))
