@@ -78,7 +78,7 @@ class ReplayOptions(msgspec.Struct, kw_only=True):
     keep_chunk_times: bool = True
     # virtual runs without chunk times: still keep them for the requests the throughput window cuts
     # (streaming at its end), so every rate and token count is the one with them (slogate plan's
-    # points); the summary's ITL distribution stays empty
+    # points); the summary's ITL distribution stays empty and records carry no ITL summary
     window_chunk_times: bool = False
     stop_on_error: bool = False  # session timing: a failed turn ends its session (--on-turn-error stop)
     prompt_tokens: str = "server"  # server: prompt_tokens on the server (template included) | content: message content

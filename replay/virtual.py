@@ -33,7 +33,8 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
     `stop_when` (open loop only) is the sim's early stop: stats["stopped_at"] is when it fired, else -1.
     `probe` sees each engine after each step (replay.virtual_samples records the server telemetry).
     Without `keep_chunk_times` records carry no per-token times (the ITL summary stays); with
-    `window_chunk_times` too, only the records the throughput window cuts keep them (window_cut)."""
+    `window_chunk_times` too, only the records the throughput window cuts keep them (window_cut)
+    and no record has an ITL summary (plan's search points: no ITL figure is made of them)."""
     from slogate.replay.sim.engine import SimRequest, closed_loop, dependent, run_virtual
     from slogate.replay.target import sim_config
     from slogate.replay.workload import root_session
@@ -65,7 +66,7 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
         plan = workload.requests[res.index]
         index = plan.index + repeats[res.index] * REPEAT_INDEX_STEP  # fresh index per repeat (worker._cycle)
         repeats[res.index] += 1
-        rec = res.to_record(endpoint=endpoint, model=model)
+        rec = res.to_record(endpoint=endpoint, model=model, itl=keep_chunk_times or not window_chunk_times)
         rec.t = res.arrival
         rec.lag = 0.0
         rec.max_tokens = plan.output_tokens

@@ -3,13 +3,15 @@
 Blocks whose tokens are all computed get a chained hash; freed hashed blocks stay findable in an
 LRU until evicted, as in vLLM's block pool. The LRU is a queue with lazy deletion (a block taken back
 leaves a stale entry that eviction skips): the same order as an ordered dict at a fraction of the
-cost per block. Pure bookkeeping with ints: never timing, never I/O.
+cost per block. A finished request's own blocks, which nobody can look up again, keep their place in
+it as one run (a list entry) instead of one entry and one hash each. Pure bookkeeping with ints:
+never timing, never I/O.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 from slogate.replay.sim.catalog import GiB, Gpu, Model, precision
 
@@ -36,9 +38,10 @@ class KVCache:
         self.block_size = block_size
         self.prefix_caching = prefix_caching
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # never-hashed free blocks (stack)
-        # freed hashed blocks, oldest first, lazily: an entry counts only if it is its block's last
-        # one (_entries[b] == 1 when popped) and the block is still free (ref 0)
-        self._lru: deque[int] = deque()
+        # freed hashed blocks, oldest first, lazily: an int entry counts only if it is its block's
+        # last one (_entries[b] == 1 when popped) and the block is still free (ref 0); a list entry is
+        # a run of unhashed blocks nobody can take back (free(dead=…)), evicted from its end
+        self._lru: deque[int | list[int]] = deque()
         self._entries = [0] * num_blocks  # queue entries per block
         self._nlru = 0  # blocks the LRU holds (its live entries)
         self._ref = [0] * num_blocks
@@ -82,39 +85,82 @@ class KVCache:
 
     def allocate(self, n: int) -> list[int] | None:
         """n fresh blocks (evicting least recently freed cached blocks), or None when they do not fit."""
-        if n > len(self._free) + self._nlru:
-            return None
         free, ref = self._free, self._ref
-        k = min(n, len(free))
-        out = free[len(free) - k:]  # the never-hashed stack first: one slice, no per-block pops
-        del free[len(free) - k:]
-        out.reverse()
+        k = len(free)
+        if n > k + self._nlru:
+            return None
+        self.used += n
+        if n <= k:  # the never-hashed stack first: one slice, no per-block pops
+            if n == 1:
+                b = free.pop()
+                ref[b] = 1
+                return [b]
+            out = free[k - n:]
+            del free[k - n:]
+            out.reverse()
+            for b in out:
+                ref[b] = 1
+            return out
+        out = free[::-1]
+        free.clear()
         for b in out:
             ref[b] = 1
-        if k < n:
-            hashes, by_hash, entries = self._hash, self._by_hash, self._entries
-            popleft, append = self._lru.popleft, out.append
-            need = n - k
-            self._nlru -= need
-            while need:
-                b = popleft()
-                e = entries[b] = entries[b] - 1
-                if e or ref[b]:  # stale: the block was freed again later, or is in use
-                    continue
-                del by_hash[hashes[b]]  # a hashed block is always its hash's entry (register sets both)
-                hashes[b] = None
-                ref[b] = 1
-                append(b)
-                need -= 1
-        self.used += n
+        hashes, by_hash, entries, lru = self._hash, self._by_hash, self._entries, self._lru
+        popleft, append = lru.popleft, out.append
+        need = n - k
+        self._nlru -= need
+        while need:
+            b = lru[0]
+            if b.__class__ is list:  # a run of dead blocks, stored last-evicted first: take from its end
+                run: list[int] = b  # type: ignore[assignment]
+                if len(run) > need:
+                    taken = run[-need:]
+                    del run[-need:]
+                else:
+                    popleft()
+                    taken = run
+                taken.reverse()
+                for d in taken:
+                    ref[d] = 1
+                out += taken
+                need -= len(taken)
+                continue
+            popleft()
+            e = entries[b] = entries[b] - 1
+            if e or ref[b]:  # stale: the block was freed again later, or is in use
+                continue
+            del by_hash[hashes[b]]  # a hashed block is always its hash's entry (register sets both)
+            hashes[b] = None
+            ref[b] = 1
+            append(b)
+            need -= 1
         return out
 
-    def free(self, blocks: Sequence[int]) -> None:
-        """Release a request's blocks, tail first so that prefix heads are evicted last."""
+    def free(self, blocks: Sequence[int], dead: tuple[int, int] = (0, 0)) -> None:
+        """Release a request's blocks, tail first so that prefix heads are evicted last.
+
+        `dead = (lo, hi)`: blocks[lo:hi] are full blocks of a finished request that only it could
+        have looked up (held by it alone, never given a hash: Scheduler's private blocks). They take
+        the LRU place that hashed blocks would take, as one run, and leave it as unhashed blocks."""
+        lo, hi = dead
+        if hi <= lo:
+            self._release(reversed(blocks))
+            return
+        self._release(reversed(blocks[hi:]))
+        run = list(blocks[lo:hi])  # evicted tail first, so stored in block order (allocate takes from the end)
+        ref = self._ref
+        for b in run:
+            ref[b] = 0
+        self._lru.append(run)
+        self._nlru += len(run)
+        self.used -= len(run)
+        self._release(reversed(blocks[:lo]))
+
+    def _release(self, blocks: Iterable[int]) -> None:
         ref, hashes, free, entries = self._ref, self._hash, self._free, self._entries
         queue = self._lru.append
         released = cached = 0
-        for b in reversed(blocks):
+        for b in blocks:
             r = ref[b] = ref[b] - 1
             if r == 0:
                 released += 1
@@ -132,13 +178,17 @@ class KVCache:
     def _compact(self) -> None:
         """Rebuild the queue from its live entries, in order (a block's last entry, if still free)."""
         ref, entries = self._ref, self._entries
-        live: list[int] = []
+        live: list[int | list[int]] = []
         for b in self._lru:
+            if b.__class__ is list:  # a run of dead blocks: never stale
+                live.append(b)
+                continue
             e = entries[b] = entries[b] - 1
             if e == 0 and ref[b] == 0:
                 live.append(b)
         for b in live:
-            entries[b] = 1
+            if b.__class__ is not list:
+                entries[b] = 1  # type: ignore[index]
         self._lru = deque(live)
 
     def register(self, block: int, h: Hashable) -> None:

@@ -69,12 +69,15 @@ class SimResult(msgspec.Struct, kw_only=True):
     def itl(self) -> list[float]:
         return metrics.gaps(self.token_times)
 
-    def to_record(self, endpoint: str = "/v1/completions", model: str | None = None) -> RequestRecord:
+    def to_record(self, endpoint: str = "/v1/completions", model: str | None = None, *,
+                  itl: bool = True) -> RequestRecord:
+        """The record an HTTP replay of this request would write (`itl=False`: without its ITL summary)."""
         status, error, finish = (200, None, "length") if self.error is None else RECORD_ERRORS[self.error]
         return RequestRecord(
             t=self.arrival, endpoint=endpoint, model=model, input_tokens=self.prompt_tokens,
             output_tokens=len(self.token_times), tokens_source="usage", ttft=self.ttft, tpot=self.tpot,
-            e2e=self.e2e, ttfb=self.ttft, queue=self.queue, itl=metrics.itl_summary(self.itl()),
+            e2e=self.e2e, ttfb=self.ttft, queue=self.queue,
+            itl=metrics.itl_summary(self.itl()) if itl else None,
             status=status, error=error, finish_reason=finish, cached_tokens=self.cached_tokens,
         )
 

@@ -90,6 +90,10 @@ class Scheduler:
         self.kv_tokens = 0
         self.attn_work = 0.0
         self.run_busy: tuple[float, ...] = ()  # busy-time increments of the last run_decodes
+        # a request's own (private) full blocks get their hashes only when it is preempted, the one
+        # time anyone can look them up; finished, they leave as one LRU run (KVCache.free(dead=…)).
+        # False: hash each as it fills. Same runs either way (test_engine), this is faster.
+        self.defer_private = True
 
     def add(self, req: SimReq) -> None:
         self.waiting.append(req)
@@ -106,12 +110,24 @@ class Scheduler:
             self.waiting.remove(req)
         if req in self.running:
             self.running.remove(req)
-        self.kv.free(req.blocks)
+        self._release(req)
+
+    def _release(self, req: SimReq) -> None:
+        """Free a finished or aborted request's blocks; its unhashed own full blocks go as one run."""
+        kv = self.kv
+        nh = len(req.hashes)
+        if req.nhashed > nh and self.defer_private and not req.preemptions and kv.prefix_caching:
+            kv.free(req.blocks, (nh, req.nhashed))
+        else:
+            kv.free(req.blocks)
         req.blocks = []
 
     # -- forming a step ----------------------------------------------------------------------
 
     def _preempt(self, victim: SimReq) -> None:
+        if self.defer_private and not victim.preemptions and self.kv.prefix_caching:
+            for j in range(len(victim.hashes), victim.nhashed):  # its own full blocks: it may find them again
+                self.kv.register(victim.blocks[j], victim.block_hash(j))
         self.kv.free(victim.blocks)
         victim.blocks = []
         victim.num_computed = 0
@@ -305,7 +321,12 @@ class Scheduler:
         if m < 3:  # two steps or fewer: form them one by one (the busy time sums their own durations)
             return t, 0
         kv, bs = self.kv, self.kv.block_size
-        if sum(max(0, (r.num_computed + m + bs - 1) // bs - len(r.blocks)) for r in running) > kv.num_free():
+        want = 0
+        for r in running:
+            x = (r.num_computed + m + bs - 1) // bs - len(r.blocks)
+            if x > 0:
+                want += x
+        if want > kv.num_free():
             return t, 0  # blocks may run out on the way: the normal path preempts
         kv_tokens, attn = ctx + b, ctx + 0.5 * b  # as _schedule_v1 sums them for n = 1
         t0 = t
@@ -350,8 +371,7 @@ class Scheduler:
             for req in running:
                 if req.num_generated >= req.output_tokens:
                     req.done = True
-                    kv.free(req.blocks)
-                    req.blocks = []
+                    self._release(req)
                     if req.on_finish is not None:
                         req.on_finish(req, t)
             self.running = [r for r in running if not r.done]
@@ -361,7 +381,8 @@ class Scheduler:
         """Give the request's newly full blocks their chained hashes (prefix caching)."""
         kv = self.kv
         full = computed // kv.block_size
-        for j in range(req.nhashed, full):
+        top = full if req.preemptions or not self.defer_private else min(full, len(req.hashes))
+        for j in range(req.nhashed, top):
             kv.register(req.blocks[j], req.block_hash(j))
         req.nhashed = full
 
@@ -374,6 +395,7 @@ class Scheduler:
         bs = kv.block_size
         caching = kv.prefix_caching
         block_hash, by_hash = kv._hash, kv._by_hash
+        defer = self.defer_private
         finished = 0
         for req, n in zip(self.batch, self.batch_tokens, strict=True):
             if req.aborted:
@@ -384,7 +406,8 @@ class Scheduler:
                 blocks, hashes = req.blocks, req.hashes
                 nh = len(hashes)
                 private = PRIVATE_BASE - (req.uid << PRIVATE_SHIFT)  # private_hash(uid, j) = private - j
-                for j in range(req.nhashed, full):  # kv.register, inlined (hot: every full block)
+                top = full if req.preemptions or not defer else min(full, nh)  # own blocks: at preemption
+                for j in range(req.nhashed, top):  # kv.register, inlined (hot: every full block)
                     b = blocks[j]
                     h = hashes[j] if j < nh else private - j
                     if block_hash[b] is None and h not in by_hash:
@@ -399,8 +422,7 @@ class Scheduler:
                 if g >= req.output_tokens:
                     req.done = True
                     finished += 1
-                    kv.free(req.blocks)
-                    req.blocks = []
+                    self._release(req)
                     if req.on_finish is not None:
                         req.on_finish(req, t_end)
         if finished:

@@ -201,3 +201,51 @@ def test_coalesced_decode_steps_give_the_same_token_times(config):
     fast, slow = run(True), run(False)
     assert fast == slow
     assert sum(map(len, fast[0])) == sum(s[2] for s in shapes) and len(fast[1]) == len(shapes)
+
+
+@pytest.mark.parametrize("config", [
+    SimConfig(gpu="l4", model="llama-3-8b", seed=4),
+    SimConfig(gpu="l4", model="llama-3-8b", kv_blocks=300, seed=5),  # blocks run out: preemptions, evictions
+    SimConfig(gpu="l4", model="llama-3-8b", kv_blocks=300, prefix_caching=False, seed=5),
+], ids=["v1", "preempting", "no-prefix-caching"])
+def test_deferred_private_hashes_give_the_same_runs(config):
+    """A request's own blocks are hashed only if it is preempted and leave the LRU as one run when it
+    finishes (Scheduler.defer_private, KVCache.free(dead=…)): every token time, finish, step,
+    preemption and prefix-cache hit, and the order in which the free blocks would be handed out
+    at the end, must equal hashing every full block as it fills."""
+    import random
+
+    from slogate.replay.sim.clock import VirtualClock, drive
+    from slogate.replay.sim.config import build
+    from slogate.replay.sim.engine import Engine
+    from slogate.replay.sim.scheduler import SimReq
+
+    rng = random.Random(11)
+    shapes, t = [], 0.0
+    for _ in range(160):
+        t += rng.expovariate(5.0)
+        shapes.append((t, rng.randint(8, 900), rng.randint(1, 300), rng.choice([None, 0, 1, 2])))
+
+    def run(defer):
+        engine = Engine(build(config), VirtualClock())
+        engine.sched.defer_private = defer
+        times: list[list[float]] = []
+        finished: list[tuple[int, float]] = []
+        for uid, (arrival, prompt, out, prefix) in enumerate(shapes):
+            times.append([])
+            # a shared prefix over half the prompt, or none (own blocks only, as in a trace without hashes)
+            hashes = [] if prefix is None else [("p", prefix, i) for i in range(prompt // 32)]
+            req = SimReq(uid, arrival, prompt, out, hashes, times[-1].append,
+                         on_finish=lambda r, t_end: finished.append((r.uid, t_end)))
+            req.emit_all = times[-1].extend
+            engine.submit(req)
+        drive(engine.run())
+        kv = engine.kv
+        handed_out = kv.allocate(kv.num_free())
+        return times, finished, engine.sched.steps, engine.sched.num_preemptions, kv.hits, handed_out
+
+    deferred, eager = run(True), run(False)
+    assert deferred == eager
+    assert len(deferred[1]) == len(shapes) and deferred[5]
+    if config.kv_blocks and config.prefix_caching:
+        assert deferred[3] > 0 and deferred[4] > 0  # the case it is about: preemptions and hits
