@@ -6,6 +6,7 @@ attention work) plus seeded jitter. It never looks at requests, clocks or the ne
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 
@@ -36,6 +37,7 @@ ATTN_EFF = 0.16
 #    Jan 2025, names V0's CPU overhead as the reason for V1's rewrite): the decode intercept 23.48 ms
 #    less the 18.7 ms roofline step. V1 overlaps that work with the GPU (its CI latency matches without it).
 V0_STEP_CPU_S = 4.8e-3
+TWO_PI = math.tau  # random.gauss's TWOPI
 
 
 class StepShape(msgspec.Struct):
@@ -80,6 +82,20 @@ class Roofline:
             self.comm_fixed = self.comm_coef = 0.0
         self.jitter = jitter
         self._rng = random.Random(seed)
+        self._spare: float | None = None  # the second normal of the last Box–Muller pair
+
+    def _gauss(self) -> float:
+        """A standard normal: random.gauss's own Box–Muller pairs, from the same stream (decode_run
+        inlines it, so both paths draw the very same values)."""
+        z = self._spare
+        if z is not None:
+            self._spare = None
+            return z
+        rnd = self._rng.random
+        x2pi = rnd() * TWO_PI
+        g2rad = math.sqrt(-2.0 * math.log(1.0 - rnd()))
+        self._spare = math.sin(x2pi) * g2rad
+        return math.cos(x2pi) * g2rad
 
     def __call__(self, new_tokens: int, seqs: int, kv_tokens: int, attn_work: float) -> float:
         t_mem = self.t_weights + kv_tokens * self.kv_coef
@@ -88,7 +104,7 @@ class Roofline:
         if self.comm_fixed:
             t += self.comm_fixed + self.comm_coef * new_tokens
         if self.jitter:
-            t *= 1.0 + self.jitter * max(-3.0, min(3.0, self._rng.gauss(0.0, 1.0)))
+            t *= 1.0 + self.jitter * max(-3.0, min(3.0, self._gauss()))
         return t
 
     def decode_run(self, t: float, seqs: int, kv_tokens: int, attn_work: float, steps: int, horizon: float
@@ -99,20 +115,28 @@ class Roofline:
         kv_coef, attn_coef, seq_t = self.kv_coef, self.attn_coef, SEQ_OVERHEAD_S * seqs
         fixed, weights, lin = self.t_fixed, self.t_weights, seqs * self.lin_coef
         comm_fixed, comm = self.comm_fixed, self.comm_fixed + self.comm_coef * seqs
-        jitter, gauss = self.jitter, self._rng.gauss
+        jitter, rnd, spare = self.jitter, self._rng.random, self._spare
+        log, sqrt, sin, cos = math.log, math.sqrt, math.sin, math.cos
         times: list[float] = []
         for _ in range(steps):
             dt = fixed + seq_t + (weights + kv_tokens * kv_coef) + lin + attn_work * attn_coef
             if comm_fixed:
                 dt += comm
-            if jitter:
-                dt *= 1.0 + jitter * max(-3.0, min(3.0, gauss(0.0, 1.0)))
+            if jitter:  # self._gauss() and max(-3.0, min(3.0, g)), inlined (one step per token)
+                if spare is None:
+                    x2pi = rnd() * TWO_PI
+                    g2rad = sqrt(-2.0 * log(1.0 - rnd()))
+                    g, spare = cos(x2pi) * g2rad, sin(x2pi) * g2rad
+                else:
+                    g, spare = spare, None
+                dt *= 1.0 + jitter * (g if -3.0 <= g <= 3.0 else (3.0 if g > 3.0 else -3.0))
             t += dt
             times.append(t)
             if t >= horizon:
                 break
             kv_tokens += seqs
             attn_work += seqs
+        self._spare = spare
         self.last_dt = dt  # the last step's duration as __call__ would return it (busy-time accounting)
         return times
 
