@@ -110,9 +110,9 @@ class KVCache:
         need = n - k
         self._nlru -= need
         while need:
-            b = lru[0]
-            if b.__class__ is list:  # a run of dead blocks, stored last-evicted first: take from its end
-                run: list[int] = b  # type: ignore[assignment]
+            head = lru[0]
+            if isinstance(head, list):  # a run of dead blocks, stored last-evicted first: take from its end
+                run = head
                 if len(run) > need:
                     taken = run[-need:]
                     del run[-need:]
@@ -126,6 +126,7 @@ class KVCache:
                 need -= len(taken)
                 continue
             popleft()
+            b = head
             e = entries[b] = entries[b] - 1
             if e or ref[b]:  # stale: the block was freed again later, or is in use
                 continue
@@ -180,15 +181,15 @@ class KVCache:
         ref, entries = self._ref, self._entries
         live: list[int | list[int]] = []
         for b in self._lru:
-            if b.__class__ is list:  # a run of dead blocks: never stale
+            if isinstance(b, list):  # a run of dead blocks: never stale
                 live.append(b)
                 continue
             e = entries[b] = entries[b] - 1
             if e == 0 and ref[b] == 0:
                 live.append(b)
         for b in live:
-            if b.__class__ is not list:
-                entries[b] = 1  # type: ignore[index]
+            if not isinstance(b, list):
+                entries[b] = 1
         self._lru = deque(live)
 
     def register(self, block: int, h: Hashable) -> None:
