@@ -213,4 +213,12 @@ def test_every_rule_evaluates_and_alerts_follow_the_slos(stack: Stack) -> None:
     assert attainment == {"interactive": 1.0, "strict": 0.0}, attainment
     goodput = promql(stack.prometheus.url, 'sum(slogate:goodput_rps:rate5m{slo="interactive"})')
     requests = promql(stack.prometheus.url, "sum(slogate:request_rps:rate5m)")
-    assert abs(float(goodput[0]["value"][1]) - float(requests[0]["value"][1])) < 1e-9
+    g, r = float(goodput[0]["value"][1]), float(requests[0]["value"][1])
+    # rate() extrapolates each series towards the window's edges from its own first sample: the good
+    # counters exist from start-up, a request series from its first request, so the two rates may
+    # differ by a fraction of a scrape interval over 5 m (CI saw 0.0017 once). The counts that the
+    # last scrape holds must agree exactly.
+    assert r > 0 and abs(g - r) <= 0.02 * r, (g, r)
+    good_n = promql(stack.prometheus.url, 'sum(slogate_good_requests_total{slo="interactive"})')
+    all_n = promql(stack.prometheus.url, "sum(slogate_requests_total)")
+    assert float(good_n[0]["value"][1]) == float(all_n[0]["value"][1]) > 0
