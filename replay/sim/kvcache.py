@@ -137,7 +137,7 @@ class KVCache:
             need -= 1
         return out
 
-    def free(self, blocks: Sequence[int], dead: tuple[int, int] = (0, 0)) -> None:
+    def free(self, blocks: list[int], dead: tuple[int, int] = (0, 0)) -> None:
         """Release a request's blocks, tail first so that prefix heads are evicted last.
 
         `dead = (lo, hi)`: blocks[lo:hi] are full blocks of a finished request that only it could
@@ -148,7 +148,7 @@ class KVCache:
             self._release(reversed(blocks))
             return
         self._release(reversed(blocks[hi:]))
-        run = list(blocks[lo:hi])  # evicted tail first, so stored in block order (allocate takes from the end)
+        run = blocks[lo:hi]  # a copy; evicted tail first, so stored in block order (allocate takes from the end)
         ref = self._ref
         for b in run:
             ref[b] = 0

@@ -112,20 +112,23 @@ class Scheduler:
             self.running.remove(req)
         self._release(req)
 
+    def _defers(self, req: SimReq) -> bool:
+        """Whether req's own full blocks are still without their hashes (never preempted: defer_private)."""
+        return self.defer_private and not req.preemptions and self.kv.prefix_caching
+
     def _release(self, req: SimReq) -> None:
         """Free a finished or aborted request's blocks; its unhashed own full blocks go as one run."""
-        kv = self.kv
         nh = len(req.hashes)
-        if req.nhashed > nh and self.defer_private and not req.preemptions and kv.prefix_caching:
-            kv.free(req.blocks, (nh, req.nhashed))
+        if req.nhashed > nh and self._defers(req):
+            self.kv.free(req.blocks, (nh, req.nhashed))
         else:
-            kv.free(req.blocks)
+            self.kv.free(req.blocks)
         req.blocks = []
 
     # -- forming a step ----------------------------------------------------------------------
 
     def _preempt(self, victim: SimReq) -> None:
-        if self.defer_private and not victim.preemptions and self.kv.prefix_caching:
+        if self._defers(victim):
             for j in range(len(victim.hashes), victim.nhashed):  # its own full blocks: it may find them again
                 self.kv.register(victim.blocks[j], victim.block_hash(j))
         self.kv.free(victim.blocks)
@@ -381,7 +384,7 @@ class Scheduler:
         """Give the request's newly full blocks their chained hashes (prefix caching)."""
         kv = self.kv
         full = computed // kv.block_size
-        top = full if req.preemptions or not self.defer_private else min(full, len(req.hashes))
+        top = min(full, len(req.hashes)) if self._defers(req) else full
         for j in range(req.nhashed, top):
             kv.register(req.blocks[j], req.block_hash(j))
         req.nhashed = full
@@ -406,7 +409,7 @@ class Scheduler:
                 blocks, hashes = req.blocks, req.hashes
                 nh = len(hashes)
                 private = PRIVATE_BASE - (req.uid << PRIVATE_SHIFT)  # private_hash(uid, j) = private - j
-                top = full if req.preemptions or not defer else min(full, nh)  # own blocks: at preemption
+                top = min(full, nh) if defer and not req.preemptions else full  # self._defers, inlined
                 for j in range(req.nhashed, top):  # kv.register, inlined (hot: every full block)
                     b = blocks[j]
                     h = hashes[j] if j < nh else private - j
