@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-requests", type=int, help="plan on the first N requests")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", default="auto", metavar="N|auto",
-                   help="plan candidates in this many processes (default auto: one per CPU)")
+                   help="simulate this many points at once (default auto: one per CPU); each engine "
+                        "family runs in its own process, taking turns; never changes a result")
     p.add_argument("--no-early-stop", dest="early_stop", action="store_false",
                    help="simulate every point to the end (default: stop once its attainment target is lost)")
     p.add_argument("--json", action="store_true", help="print plan.json instead of the table")

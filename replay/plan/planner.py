@@ -6,8 +6,10 @@ the `Plan` struct is what plan.json holds. Never prints and never writes files (
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgspec
 
@@ -107,7 +109,12 @@ class Settings(msgspec.Struct, kw_only=True):
 
 def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Settings, *, trace: str | None = None,
          command: Sequence[str] = (), on_candidate: Callable[[CandidatePlan], None] | None = None, jobs: int = 1) -> Plan:
-    """Plan every candidate; `jobs` > 1 plans candidates in that many processes (same results)."""
+    """Plan every candidate; `jobs` > 1 simulates that many points at once (same results).
+
+    Every task (an engine family, `families`) gets its own process, up to `TASKS_PER_JOB` × jobs of
+    them, and they take turns: a process simulates a point only while it holds one of `jobs` shared
+    slots (`_held`). So no core idles while another family still has points to run, where a pool of
+    `jobs` processes left one idle behind the family that happened to be submitted last."""
     t0 = time.perf_counter()
     reqs = workload.measured
     contexts = distribution(float(r.input_tokens + r.output_tokens) for r in reqs)
@@ -132,7 +139,10 @@ def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Setti
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold an event loop
-        with cf.ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
+        workers = min(len(tasks), TASKS_PER_JOB * jobs)
+        slots = ctx.BoundedSemaphore(jobs) if workers > jobs else None  # inherited: passed at spawn
+        with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_take_slots,
+                                    initargs=(slots,)) as pool:
             futures = [pool.submit(plan_family, workload, [candidates[i] for i in task], settings, out)
                        for task in tasks]
             for task, fut in zip(tasks, futures, strict=True):
@@ -144,6 +154,30 @@ def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Setti
     fill_scaling(out.candidates, candidates)
     out.wall_s = round(time.perf_counter() - t0, 3)
     return out
+
+
+TASKS_PER_JOB = 4  # processes per job: families interleave point by point (a point is seconds of CPU)
+_SLOTS: Any = None  # in a worker process: the semaphore of the `jobs` points simulated at once
+
+
+def _take_slots(slots: Any) -> None:
+    global _SLOTS
+    _SLOTS = slots
+
+
+def _held(run: cap.Runner) -> cap.Runner:
+    """`run` simulating only while it holds a slot (plan's worker processes; as is elsewhere)."""
+    slots = _SLOTS
+    if slots is None:
+        return run
+
+    def turn(speed: float) -> cap.Point:
+        with slots:
+            point = run(speed)
+        os.sched_yield()  # a process waiting for the slot gets it before this one asks again
+        return point
+
+    return turn
 
 
 MIN_TASKS = 4  # families are split in halves until there are this many tasks (fixed: results never depend on --jobs)
@@ -221,6 +255,7 @@ def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, c
     run = cap.runner(workload, cand.target, settings.slo, cand.model,
                      attainment=settings.attainment if settings.early_stop else None, chunk_times=not settings.fast)
     op_run = cap.runner(workload, cand.target, settings.slo, cand.model, chunk_times=not settings.fast)  # to the end
+    run, op_run = _held(run), _held(op_run)  # a shared point (reuse) needs no slot
     if reuse is not None:
         run = reuse.wrap(run, row.max_num_seqs, stops=settings.early_stop)
         op_run = reuse.wrap(op_run, row.max_num_seqs, stops=False)

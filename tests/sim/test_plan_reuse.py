@@ -119,3 +119,53 @@ def test_points_without_token_times_have_the_same_numbers(attainment: float | No
     assert (p0.peak_in_flight, p0.ttft_violations, p0.tpot_violations) == (p1.peak_in_flight, p1.ttft_violations,
                                                                            p1.tpot_violations)
     assert s1.itl_s.count > 0 and s0.itl_s.count == 0  # the one thing all token times add: the ITL gaps
+
+
+@pytest.mark.slow  # spawns plan's worker processes
+def test_jobs_interleave_families_and_never_change_a_result() -> None:
+    """--jobs 2 over five engine families: five processes taking turns on two slots (planner._held),
+    with every row as one process gives it, point for point."""
+    reqs = poisson(120, 8.0, seed=11)
+    w = wl.Workload(requests=[wl.PlannedRequest(index=i, t=r.arrival, input_tokens=r.prompt_tokens,
+                                                output_tokens=r.output_tokens) for i, r in enumerate(reqs)],
+                    source="test")
+    grid = cands.parse_candidates("a100-80g/llama-3-8b,h100-sxm/llama-3-8b,l40s/llama-3-8b?dtype=fp8,"
+                                  "l4/llama-3-8b?dtype=int4,h100-sxm/llama-3-8b?max_num_batched_tokens=2048")
+    assert len(families(grid)) == 5
+    settings = Settings(slo=parse_slo("ttft=1,tpot=0.05"), precision=0.05)
+    one, two = plan(w, grid, settings, jobs=1), plan(w, grid, settings, jobs=2)
+    strip = [msgspec.structs.replace(c, wall_s=0.0) for c in one.candidates]
+    assert [msgspec.structs.replace(c, wall_s=0.0) for c in two.candidates] == strip
+    assert all(c.capacity_rps for c in one.candidates)
+
+
+def test_held_runner_simulates_only_while_it_holds_a_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    from slogate.replay.plan import planner
+
+    monkeypatch.setattr(planner, "_SLOTS", threading.BoundedSemaphore(2))
+    inside, most, lock = 0, 0, threading.Lock()
+    pair = threading.Barrier(2, timeout=10)  # two inside at once, then room for a third to push in
+
+    def run(speed: float):  # type: ignore[no-untyped-def]
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+        pair.wait()
+        time.sleep(0.02)
+        with lock:
+            inside -= 1
+        return speed
+
+    held = planner._held(run)  # type: ignore[arg-type]
+    threads = [threading.Thread(target=held, args=(float(i),)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most == 2
+    monkeypatch.setattr(planner, "_SLOTS", None)
+    assert planner._held(run) is run  # type: ignore[arg-type]  # one process: no turns
