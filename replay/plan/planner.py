@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from contextlib import AbstractContextManager
 
 import msgspec
 
@@ -157,10 +157,11 @@ def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Setti
 
 
 TASKS_PER_JOB = 4  # processes per job: families interleave point by point (a point is seconds of CPU)
-_SLOTS: Any = None  # in a worker process: the semaphore of the `jobs` points simulated at once
+Slots = AbstractContextManager[object]  # a semaphore: `with slots:` holds one of them
+_SLOTS: Slots | None = None  # in a worker process: the semaphore of the `jobs` points simulated at once
 
 
-def _take_slots(slots: Any) -> None:
+def _take_slots(slots: Slots | None) -> None:
     global _SLOTS
     _SLOTS = slots
 
