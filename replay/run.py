@@ -151,6 +151,14 @@ def replay_virtual(workload: Workload, options: ReplayOptions, *,
 
 def _run_virtual(workload: Workload, options: ReplayOptions, path: str,
                  stop_when: Callable[[SimResult, float], bool] | None = None) -> RunOutput:
+    from slogate.replay.sim.gcpace import paused
+
+    with paused():  # all it allocates stays alive to the end: collections would find nothing
+        return _virtual(workload, options, path, stop_when)
+
+
+def _virtual(workload: Workload, options: ReplayOptions, path: str,
+             stop_when: Callable[[SimResult, float], bool] | None) -> RunOutput:
     spec = parse_target(options.target)
     if spec.sim is None:
         raise UsageError("--virtual needs a simulated target: --target sim:GPU/MODEL")

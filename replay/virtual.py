@@ -62,17 +62,14 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
         run = run_virtual(reqs, config, stop_when=stop_when, probe=probe)
     items: list[Item] = []
     repeats = [0] * len(workload.requests)
+    itl = keep_chunk_times or not window_chunk_times
     for res in run.results:
         plan = workload.requests[res.index]
         index = plan.index + repeats[res.index] * REPEAT_INDEX_STEP  # fresh index per repeat (worker._cycle)
         repeats[res.index] += 1
-        rec = res.to_record(endpoint=endpoint, model=model, itl=keep_chunk_times or not window_chunk_times)
-        rec.t = res.arrival
-        rec.lag = 0.0
-        rec.max_tokens = plan.output_tokens
-        rec.hash_ids = plan.hash_ids
-        rec.session = plan.session
-        rec.turn, rec.parent_session, rec.think = plan.turn, plan.parent_session, plan.think
+        rec = res.to_record(endpoint=endpoint, model=model, itl=itl, lag=0.0, max_tokens=plan.output_tokens,
+                            hash_ids=plan.hash_ids, session=plan.session, turn=plan.turn,
+                            parent_session=plan.parent_session, think=plan.think)
         if res.token_times and keep_chunk_times:  # --no-chunk-times, as on HTTP
             rec.chunk_times = _chunk_times(res)
         items.append(Item(index, plan.input_tokens, plan.warmup, rec))

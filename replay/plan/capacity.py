@@ -18,6 +18,7 @@ import msgspec
 
 from slogate.replay import workload as wl
 from slogate.replay.run import ReplayOptions, replay_virtual
+from slogate.replay.sim.gcpace import paused
 from slogate.replay.sim.records import SimResult
 from slogate.replay.sweep import SweepPoint, find_knee, point_from_results
 from slogate.traces.record import RequestRecord
@@ -72,6 +73,10 @@ def runner(base: wl.Workload, target: str, slo: Slo, model: str, *, attainment: 
                             keep_chunk_times=chunk_times, window_chunk_times=not chunk_times)
 
     def run(speed: float) -> Point:
+        with paused():  # the run and its diagnosis (replay.run pauses the run alone)
+            return point(speed)
+
+    def point(speed: float) -> Point:
         w = msgspec.structs.replace(base, requests=wl.speed(base.requests, speed),
                                     description=[*base.description, f"speed={speed:g}"])
         out = replay_virtual(w, options, stop_when=None if attainment is None else lost(w, slo, attainment))

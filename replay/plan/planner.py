@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 
 import msgspec
 
+from slogate.replay import sim
 from slogate.replay import workload as wl
 from slogate.replay.plan import capacity as cap
 from slogate.replay.plan import cost as costs
@@ -93,6 +94,7 @@ class Plan(msgspec.Struct, kw_only=True, omit_defaults=False):
     candidates: list[CandidatePlan] = []
     command: list[str] = []
     wall_s: float = 0.0
+    sim_build: str = "python"  # "mypyc" when `make compile` built the simulator (same results, faster)
 
 
 class Settings(msgspec.Struct, kw_only=True):
@@ -124,7 +126,8 @@ def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Setti
                prompt_p90_tokens=int(prompts.p90 or 0), slo=settings.slo.spec(),
                attainment_target=settings.attainment, headroom=settings.headroom,
                peak_window_s=settings.peak_window_s, at_rate_rps=settings.at_rate_rps,
-               peak_rps=costs.peak_rate([r.t for r in reqs], settings.peak_window_s), command=list(command))
+               peak_rps=costs.peak_rate([r.t for r in reqs], settings.peak_window_s), command=list(command),
+               sim_build=sim.BUILD)
     tasks = families(candidates) if settings.fast else [[i] for i in range(len(candidates))]
     rows: list[CandidatePlan | None] = [None] * len(candidates)
 

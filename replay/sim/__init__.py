@@ -5,3 +5,7 @@ Where things live: catalog (GPUs, models, precisions) → config (SimConfig → 
 each step) → engine (the loop on a real or virtual clock; the virtual-time Python API) → stream,
 protocol, server, prom, faults (the HTTP face) → cli. Never imports gateway.
 """
+
+from slogate.replay.sim import native
+
+BUILD = native.select()  # "mypyc" (make compile) or "python": which build of the hot modules runs

@@ -7,6 +7,7 @@ are published datasheet numbers (DESIGN §6); this module never computes timings
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -81,8 +82,8 @@ PRECISIONS: dict[str, Precision] = {
     "awq": Precision(weight_bytes=0.5 + 4 / 128),
 }
 
-_NVLINK_A100 = {"link_gb_s": 300.0, "link_latency_us": 8.0}
-_NVLINK_H100 = {"link_gb_s": 450.0, "link_latency_us": 8.0}
+_NVLINK_A100: dict[str, Any] = {"link_gb_s": 300.0, "link_latency_us": 8.0}
+_NVLINK_H100: dict[str, Any] = {"link_gb_s": 450.0, "link_latency_us": 8.0}
 
 # GPU sources (HBM TB/s, dense bf16 TFLOP/s without sparsity, memory): NVIDIA datasheets
 #   A100-80G  nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf

@@ -70,15 +70,21 @@ class SimResult(msgspec.Struct, kw_only=True):
         return metrics.gaps(self.token_times)
 
     def to_record(self, endpoint: str = "/v1/completions", model: str | None = None, *,
-                  itl: bool = True) -> RequestRecord:
-        """The record an HTTP replay of this request would write (`itl=False`: without its ITL summary)."""
+                  itl: bool = True, **fields: object) -> RequestRecord:
+        """The record an HTTP replay of this request would write (`itl=False`: without its ITL summary);
+        `fields`: more RequestRecord fields (replay's session and plan fields)."""
         status, error, finish = (200, None, "length") if self.error is None else RECORD_ERRORS[self.error]
+        times, t = self.token_times, self.arrival
+        ttft = e2e = None
+        if times:  # the properties above, once each (a virtual run makes one record per request)
+            ttft, e2e = times[0] - t, times[-1] - t
         return RequestRecord(
-            t=self.arrival, endpoint=endpoint, model=model, input_tokens=self.prompt_tokens,
-            output_tokens=len(self.token_times), tokens_source="usage", ttft=self.ttft, tpot=self.tpot,
-            e2e=self.e2e, ttfb=self.ttft, queue=self.queue,
-            itl=metrics.itl_summary(self.itl()) if itl else None,
+            t=t, endpoint=endpoint, model=model, input_tokens=self.prompt_tokens,
+            output_tokens=len(times), tokens_source="usage", ttft=ttft, tpot=metrics.tpot(e2e, ttft, len(times)),
+            e2e=e2e, ttfb=ttft, queue=None if self.first_scheduled is None else self.first_scheduled - t,
+            itl=metrics.itl_summary(metrics.gaps(times)) if itl else None,
             status=status, error=error, finish_reason=finish, cached_tokens=self.cached_tokens,
+            **fields,  # type: ignore[arg-type]
         )
 
 

@@ -41,7 +41,9 @@ TWO_PI = math.tau  # random.gauss's TWOPI
 
 
 class StepShape(msgspec.Struct):
-    """What one step computes: the inputs of every step model."""
+    """What one step computes: the inputs of every step model. The models take floats: the engine
+    passes whole counts, a mean-field estimate may pass fractional ones (the compiled build checks
+    argument types, so the annotations say what is accepted)."""
 
     new_tokens: int  # prompt chunk tokens + one per decoding sequence
     seqs: int  # sequences in the batch (B)
@@ -97,7 +99,7 @@ class Roofline:
         self._spare = math.sin(x2pi) * g2rad
         return math.cos(x2pi) * g2rad
 
-    def __call__(self, new_tokens: int, seqs: int, kv_tokens: int, attn_work: float) -> float:
+    def __call__(self, new_tokens: float, seqs: float, kv_tokens: float, attn_work: float) -> float:
         t_mem = self.t_weights + kv_tokens * self.kv_coef
         t = (self.t_fixed + SEQ_OVERHEAD_S * seqs + t_mem + new_tokens * self.lin_coef
              + attn_work * self.attn_coef)
@@ -163,7 +165,7 @@ class Linear:
         self.jitter = jitter
         self._rng = random.Random(seed)
 
-    def __call__(self, new_tokens: int, seqs: int, kv_tokens: int, attn_work: float) -> float:
+    def __call__(self, new_tokens: float, seqs: float, kv_tokens: float, attn_work: float) -> float:
         c = self.coef
         t = (c.a_ms + c.b_ms * new_tokens + c.c_ms * seqs + c.d_ms * kv_tokens + c.e_ms * attn_work) / 1e3
         if self.jitter:

@@ -1,7 +1,7 @@
 """`slogate plan` speed: wall and CPU time to plan N candidates on a trace window, in virtual time.
 
 Run: `.venv/bin/python tests/bench/plan_speed.py [--trace F] [--window 0:3600] [--candidates 20] [--jobs 2]
-[--baseline | --baseline-search]`; `--baseline` first plans the same candidates without the early stop,
+[--baseline | --baseline-search]` (SLOGATE_PURE=1: the pure-Python simulator even after `make compile`); `--baseline` first plans the same candidates without the early stop,
 `--baseline-search` without the search shortcuts (before/after in one run).
 Default: the full-hour Azure conversation trace (../shared/traces/, else the bundled 10-minute
 sample) × 20 candidates (4 GPU/dtype choices × max_num_seqs 32…512), the issue's target being
@@ -36,6 +36,15 @@ SEQS = ("32", "64", "128", "256", "512")
 PRICES = "a100-80g=1.8,h100-sxm=3,l40s=1.2,l4=0.8"
 
 
+def box_speed() -> float:
+    """CPU seconds of a fixed pure-Python loop (10 M additions): this VM's speed drifts by up to ~1.5×
+    within an hour, so the runs carry it (before and after) to be compared at the same speed."""
+    t, x = time.process_time(), 0
+    for i in range(10_000_000):
+        x += i
+    return round(time.process_time() - t, 3)
+
+
 def cpu_s() -> float:
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
@@ -68,19 +77,23 @@ def main() -> int:
                   "capacity_rps": [c.capacity_rps for c in old.candidates]}
         what = "no search shortcuts" if args.baseline_search else "no early stop"
         print(f"before ({what}): {before['wall_s']:.1f} s wall, {before['cpu_s']:.1f} s CPU", flush=True)
+    loop_before = box_speed()
     t0, c0 = time.perf_counter(), cpu_s()
     result = plan(workload, chosen, settings, jobs=args.jobs)
     wall, cpu = time.perf_counter() - t0, cpu_s() - c0
+    loop_after = box_speed()
     rows = [["candidate", "capacity req/s", "points", "stopped early", "wall s"]]
     for c in result.candidates:
         rows.append([c.candidate, "–" if c.capacity_rps is None else f"{c.capacity_rps:.3g}", str(len(c.points)),
                      str(sum(p.stopped_at is not None for p in c.points)), f"{c.wall_s:.1f}"])
     print("\n".join(aligned_rows(rows)))
     print(f"{len(chosen)} candidates × {result.requests} requests ({args.window} of {Path(args.trace).name}), "
-          f"--jobs {args.jobs}: {wall:.1f} s wall, {cpu:.1f} s CPU (target: 1 h × 20 candidates < 60 s)")
+          f"--jobs {args.jobs}, {result.sim_build} simulator: {wall:.1f} s wall, {cpu:.1f} s CPU "
+          f"(target: 1 h × 20 candidates < 60 s); box speed: a fixed loop {loop_before:.2f} s before, {loop_after:.2f} s after")
     save_json(HERE / "results" / "plan_speed.json", {
         "trace": Path(args.trace).name, "window": args.window, "requests": result.requests, "jobs": args.jobs,
-        "candidates": len(chosen), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "precision": args.precision,
+        "sim_build": result.sim_build,
+        "box_loop_s": [loop_before, loop_after], "candidates": len(chosen), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "precision": args.precision,
         "before_no_early_stop": before, "same_capacities": None if before is None else
         before["capacity_rps"] == [c.capacity_rps for c in result.candidates],
         "per_candidate": [{"candidate": c.candidate, "capacity_rps": c.capacity_rps, "points": len(c.points),
