@@ -17,7 +17,7 @@ import sys
 import warnings
 from pathlib import Path
 
-COMPILED = ("kvcache", "steptime", "scheduler", "engine")  # in dependency order (setup.py compiles the same)
+COMPILED = ("kvcache", "steptime", "scheduler", "engine")  # what setup.py compiles (it reads this tuple)
 PACKAGE = __name__.rpartition(".")[0]
 HERE = Path(__file__).resolve().parent
 
