@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from typing import NamedTuple
 
 import pytest
 
@@ -29,14 +30,25 @@ def test_calibrate_recovers_hidden_linear_constants(tmp_path):
     assert config.timing == "linear" and config.linear == cal.linear
 
 
-@pytest.mark.llama
-@pytest.mark.slow
-@pytest.mark.timeout(1500)  # 712 s at load average 10-16 on the 2 shared cores
-@pytest.mark.xfail(reason="issue 16: TTFT at the 10 % bound on the 2-core CI box (+10.4 % in CI on 2026-12-02, "
-                          "+3.2 % on a quiet run); TPOT passes", strict=False)
-def test_calibrated_sim_matches_llama_cpp():
+class LlamaFit(NamedTuple):
+    """One calibration of llama.cpp and the workload replayed on both sides (medians, seconds)."""
+
+    ttft_real: float
+    ttft_sim: float
+    tpot_real: float
+    tpot_sim: float
+    detail: tuple
+
+
+# llama.cpp's own TTFT on this 2-core VM moves by up to ±15 % between runs even pinned: a TTFT error
+# between 10 % and this bound is reported as an expected failure (issue 16), beyond it the fit is broken.
+TTFT_NOISE_BOUND = 0.25
+
+
+@pytest.fixture(scope="module")
+def llama_fit() -> LlamaFit:
     """Calibrate on llama.cpp (one request at a time, output length forced by logit_bias), then replay
-    one workload on both: TTFT and TPOT medians within 10 %.
+    one workload on both.
 
     llama.cpp's speed follows the shared machine's load (it changed up to 3x between a calibration
     and a workload run after it), so the workload is interleaved with the calibration request by
@@ -76,11 +88,35 @@ def test_calibrated_sim_matches_llama_cpp():
             for i, (n, r) in enumerate(zip(sizes, rounds[0], strict=True))]
     sim = simulate(reqs, SimConfig(timing="linear", linear=coef, jitter=0.0, max_num_seqs=1))
     per_size = list(zip(*rounds, strict=True))  # size -> its request in every round
-    r_ttft = statistics.median(statistics.median(r.ttft for r in rs) for rs in per_size)
-    r_tpot = statistics.median(statistics.median(r.tpot for r in rs) for rs in per_size)
-    s_ttft = statistics.median(s.ttft for s in sim) + overhead / 1e3
-    s_tpot = statistics.median(s.tpot for s in sim)
-    print("llama.cpp", {"ttft_real": r_ttft, "ttft_sim": s_ttft, "tpot_real": r_tpot, "tpot_sim": s_tpot},
-          coef, overhead)
-    assert abs(s_ttft - r_ttft) / r_ttft < 0.10, (r_ttft, s_ttft, coef, samples)
-    assert abs(s_tpot - r_tpot) / r_tpot < 0.10, (r_tpot, s_tpot, coef, samples)
+    got = LlamaFit(
+        ttft_real=statistics.median(statistics.median(r.ttft for r in rs) for rs in per_size),
+        ttft_sim=statistics.median(s.ttft for s in sim) + overhead / 1e3,
+        tpot_real=statistics.median(statistics.median(r.tpot for r in rs) for rs in per_size),
+        tpot_sim=statistics.median(s.tpot for s in sim),
+        detail=(coef, overhead, samples))
+    print("llama.cpp", got._replace(detail=(coef, overhead)))
+    return got
+
+
+@pytest.mark.llama
+@pytest.mark.slow
+@pytest.mark.timeout(1500)  # 712 s at load average 10-16 on the 2 shared cores
+def test_calibrated_sim_matches_llama_cpp_tpot(llama_fit: LlamaFit) -> None:
+    """The replayed workload's TPOT median on the calibrated sim is within 10 % of llama.cpp's."""
+    f = llama_fit
+    assert abs(f.tpot_sim - f.tpot_real) / f.tpot_real < 0.10, f
+
+
+@pytest.mark.llama
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_calibrated_sim_matches_llama_cpp_ttft(llama_fit: LlamaFit) -> None:
+    """TTFT median within 10 % (+3.1 % on a quiet run). Between 10 % and TTFT_NOISE_BOUND it is an
+    expected failure, with the figures (llama.cpp's own run-to-run noise on this VM: +10.4 % once in
+    CI, 2026-12-02); past the bound the calibration is broken and the test fails."""
+    f = llama_fit
+    err = (f.ttft_sim - f.ttft_real) / f.ttft_real
+    assert abs(err) < TTFT_NOISE_BOUND, f
+    if abs(err) >= 0.10:
+        pytest.xfail(f"issue 16: TTFT {err:+.1%} off, inside llama.cpp's own noise on this VM "
+                     f"(real {f.ttft_real * 1e3:.1f} ms, sim {f.ttft_sim * 1e3:.1f} ms)")
