@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import warnings
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-pytest.importorskip("envoy_data_plane")
 
 with warnings.catch_warnings():  # pydantic deprecation warnings of the generated classes at import
     warnings.simplefilter("ignore")
