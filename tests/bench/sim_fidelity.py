@@ -26,7 +26,14 @@ sys.path.insert(0, str(REPO))
 
 from slogate.replay.sim.engine import SimConfig, SimRequest, closed_loop, run_virtual, simulate  # noqa: E402
 from slogate.traces.metrics import percentile  # noqa: E402
-from tests.sim.groundtruth import DISTSERVE_KV_BLOCKS, ci_latency, compare, knee  # noqa: E402
+from tests.sim.groundtruth import (  # noqa: E402
+    DISTSERVE_KV_BLOCKS,
+    ci_latency,
+    compare,
+    decode_by_batch,
+    knee,
+    speed_capacity_grid,
+)
 from tests.sim.realclient import hist_quantile, raw_streams, run_plan  # noqa: E402
 from tests.sim.test_fidelity import plan  # noqa: E402
 from tests.simserver import start_sim  # noqa: E402
@@ -71,7 +78,9 @@ def ground_truth() -> dict:
             "knee_ttft_p90_1s_req_s": {"real": round(k_real, 2) if k_real else None,
                                        "sim": round(k_sim, 2) if k_sim else None,
                                        "err_pct": round(100 * (k_sim - k_real) / k_real, 1)
-                                       if k_real and k_sim else None}}
+                                       if k_real and k_sim else None},
+            "decode_step_by_batch": {str(r["rate_req_s"]): decode_by_batch(r["rate_req_s"]) for r in rows},
+            "speed_capacity_grid": speed_capacity_grid()}
 
 
 def sweep() -> list[dict]:
@@ -219,6 +228,10 @@ def main() -> int:
     table(f"ground truth, real→sim ms (error): {gt['source']}", short)
     print(f"median |error| {gt['median_abs_err_pct']}; p90 |error| {gt['p90_abs_err_pct']}; "
           f"knee (TTFT p90 = 1 s) {gt['knee_ttft_p90_1s_req_s']}")
+    table("decode step without other prompts' prefill steps, by the real run's batch (tests/sim/groundtruth.py)",
+          [{"rate": rate, **row} for rate, rows in gt["decode_step_by_batch"].items() for row in rows])
+    table("rows outside the bounds (2 req/s left out) by engine speed and KV capacity (tests/sim/groundtruth.py)",
+          [{**g, "out_of_bounds": "; ".join(g["out_of_bounds"]) or "none"} for g in gt["speed_capacity_grid"]])
     results["sweep"] = sweep()
     table("closed-loop concurrency sweep, h100-sxm llama-3-8b, 1024 in / 256 out", results["sweep"])  # type: ignore[arg-type]
     results["preemption"] = preemption_demo()

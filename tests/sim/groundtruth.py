@@ -1,16 +1,22 @@
 """Public per-request ground truth of real engines, replayed through the simulator in virtual time.
 
-Reads only files in tests/bench/ground_truth/ (never the network); returns per-load error rows
-that the fidelity bench prints and tests/sim/test_fidelity.py asserts on.
+Reads only files in tests/bench/ground_truth/ (never the network); returns per-load error rows and
+per-batch decode steps that the fidelity bench prints and tests/sim/test_fidelity.py asserts on.
 """
 
 from __future__ import annotations
 
+import bisect
 import csv
 import itertools
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
+import msgspec
+
+from slogate.replay.sim.catalog import find_gpu
+from slogate.replay.sim.config import build, step_model
 from slogate.replay.sim.engine import SimConfig, SimRequest, simulate
 from slogate.traces.metrics import percentile
 
@@ -61,6 +67,59 @@ def peak_blocks_in_use(reqs: list[dict], step_s: float = 0.1, block_size: int = 
     return peak
 
 
+class DecodeStep(msgspec.Struct):
+    """One request's decode seen from the client: the mean step between its tokens once the V0
+    prefill steps of other prompts (those whose first token falls inside its decode) are taken out."""
+
+    batch: float  # mean number of requests decoding over its decode span
+    step_ms: float
+
+
+def decode_steps(reqs: list[dict], ttft_s: list[float], tpot_s: list[float], config: SimConfig = DISTSERVE_CONFIG,
+                 min_output_tokens: int = 20) -> list[DecodeStep]:
+    """Per request (at least min_output_tokens): (decode span − prefill steps inside it) / (tokens − 1).
+    Prefill steps are priced by the config's step model without jitter (the same estimate for the real
+    and the simulated side, so its error cancels in the comparison); batches come from the timeline."""
+    prefill = step_model(build(msgspec.structs.replace(config, jitter=0.0)), 0)
+    first = [r["arrival_s"] + t for r, t in zip(reqs, ttft_s, strict=True)]
+    spans = [(f, f + tp * (r["output_tokens"] - 1)) for r, f, tp in zip(reqs, first, tpot_s, strict=True)]
+    order = sorted(range(len(reqs)), key=first.__getitem__)
+    firsts = [first[j] for j in order]
+    out = []
+    for r, (start, stop) in zip(reqs, spans, strict=True):
+        if r["output_tokens"] < min_output_tokens:
+            continue
+        lo, hi = bisect.bisect_right(firsts, start), bisect.bisect_right(firsts, stop)
+        n = [int(reqs[order[k]]["prompt_tokens"]) for k in range(lo, hi)]
+        stall = sum(prefill(p, 1, p, p * p / 2) for p in n)
+        points = [start + (stop - start) * k / 10 for k in range(11)]
+        batch = statistics.mean(sum(1 for a, b in spans if a <= t <= b) for t in points)
+        out.append(DecodeStep(batch=batch, step_ms=1e3 * (stop - start - stall) / (r["output_tokens"] - 1)))
+    return out
+
+
+def decode_by_batch(rate: float, bins: tuple[int, ...] = (0, 10, 20, 30, 40, 50, 60, 80),
+                    config: SimConfig = DISTSERVE_CONFIG) -> list[dict]:
+    """Real vs simulated decode step (median ms) by the real run's batch, same requests on both sides."""
+    reqs = load()[rate]
+    sim = simulate([SimRequest(arrival=r["arrival_s"], prompt_tokens=int(r["prompt_tokens"]),
+                               output_tokens=int(r["output_tokens"])) for r in reqs], config)
+    real = decode_steps(reqs, [r["ttft_ms"] / 1e3 for r in reqs], [r["tpot_ms"] / 1e3 for r in reqs], config)
+    got = decode_steps(reqs, [s.ttft for s in sim], [s.tpot or 0.0 for s in sim], config)
+    by_bin: dict[int, list[tuple[DecodeStep, DecodeStep]]] = defaultdict(list)
+    for a, b in zip(real, got, strict=True):
+        by_bin[bisect.bisect_right(bins, a.batch) - 1].append((a, b))
+    rows = []
+    for k, pairs in sorted(by_bin.items()):
+        a = statistics.median(p[0].step_ms for p in pairs)
+        b = statistics.median(p[1].step_ms for p in pairs)
+        rows.append({"batch": f"{bins[k]}-{bins[k + 1]}" if k + 1 < len(bins) else f"{bins[k]}+", "requests": len(pairs),
+                     "batch_real": round(statistics.mean(p[0].batch for p in pairs), 1),
+                     "batch_sim": round(statistics.mean(p[1].batch for p in pairs), 1),
+                     "step_real_ms": round(a, 1), "step_sim_ms": round(b, 1), "err_pct": round(100 * (b - a) / a, 1)})
+    return rows
+
+
 def _pct(xs: list[float], q: float) -> float:
     return percentile(sorted(xs), q)
 
@@ -98,6 +157,33 @@ def knee(rows: list[dict], side: str) -> float | None:
             f = math.log(KNEE_TTFT_P90_MS / a) / math.log(b / a)
             return lo["rate_req_s"] + f * (hi["rate_req_s"] - lo["rate_req_s"])
     return None
+
+
+def slower_gpu(factor: float, config: SimConfig = DISTSERVE_CONFIG) -> SimConfig:
+    """The replay config on a GPU whose work takes `factor` times as long (HBM bandwidth and peak
+    FLOPs both divided by it; the fixed per-step CPU time is kept): a run-to-run engine speed."""
+    gpu = find_gpu(config.gpu)
+    return msgspec.structs.replace(config, gpu_set={"hbm_tb_s": gpu.hbm_tb_s / factor,
+                                                    "bf16_tflops": gpu.bf16_tflops / factor})
+
+
+def out_of_bounds(rows: list[dict]) -> list[str]:
+    """Issue 16's bounds on a compare() table: medians within 10 %, p90s within 20 %, the knee within
+    10 %. The 2 req/s row is left out (its engine was slower, tests/bench/ground_truth/README.md)."""
+    out = [f"{r['rate_req_s']:g} {m} p{q} {r[f'{m}_p{q}_err_pct']:+.0f}%" for r in rows if r["rate_req_s"] != 2.0
+           for m in ("ttft", "tpot") for q, bound in ((50, 10.0), (90, 20.0)) if abs(r[f"{m}_p{q}_err_pct"]) > bound]
+    k_real, k_sim = knee(rows, "real"), knee(rows, "sim")
+    if not (k_real and k_sim and abs(k_sim - k_real) / k_real <= 0.10):
+        out.append(f"knee {k_real} vs {k_sim}")
+    return out
+
+
+def speed_capacity_grid(factors: tuple[float, ...] = (0.97, 1.0, 1.02, 1.04, 1.06),
+                        blocks: tuple[int, ...] = (3250, 3380, 3500, 3555, 3650, 3806)) -> list[dict]:
+    """The whole table's out-of-bound rows for each engine speed (slower_gpu) and KV capacity."""
+    return [{"kv_blocks": b, "gpu_slower": f,
+             "out_of_bounds": out_of_bounds(compare(msgspec.structs.replace(slower_gpu(f), kv_blocks=b)))}
+            for b in blocks for f in factors]
 
 
 # vLLM's CI latency test (.buildkite nightly benchmarks, latency-tests.json: batch 8, 32 in / 128 out):

@@ -10,7 +10,16 @@ import pytest
 
 from slogate.replay.sim.engine import SimConfig, SimRequest, simulate
 from slogate.replay.sim.scheduler import V0_WATERMARK
-from tests.sim.groundtruth import DISTSERVE_KV_BLOCKS, ci_latency, compare, knee, load, peak_blocks_in_use
+from tests.sim.groundtruth import (
+    DISTSERVE_KV_BLOCKS,
+    ci_latency,
+    compare,
+    decode_by_batch,
+    knee,
+    load,
+    peak_blocks_in_use,
+    slower_gpu,
+)
 from tests.sim.realclient import run_plan
 
 
@@ -59,7 +68,8 @@ def test_vllm_v0_ground_truth_below_saturation():
     p90 crosses 1 s) within 10 %. Not reached, and not asserted: the 2 req/s runs (their engine was
     slower, test_two_req_s_runs_ran_on_a_slower_engine), the TTFT tail at the knee (3 req/s: a burst
     tips the real engine over its KV capacity, the simulated one stays just below) and the queue in
-    overload (4 req/s TTFT p50).
+    overload (4 req/s TTFT p50): both turn on a few percent of the real engine's speed, which differs
+    by run (test_knee_tail_turns_on_a_few_percent_of_engine_speed).
     """
     rows = {r["rate_req_s"]: r for r in compare()}
     for rate in (1.0, 1.5, 2.5, 3.5):
@@ -72,6 +82,47 @@ def test_vllm_v0_ground_truth_below_saturation():
     k_real, k_sim = knee(list(rows.values()), "real"), knee(list(rows.values()), "sim")
     assert k_real is not None and k_sim is not None
     assert abs(k_sim - k_real) / k_real <= 0.10, (k_real, k_sim)
+
+
+def test_v0_decode_step_by_batch_size():
+    """The decode step with other prompts' prefill steps taken out, by batch size (decode_by_batch):
+    within 10 % of the real engine's in every batch bin of 20+ requests at 1-4 req/s except 2 req/s
+    (its slower engine). The real step at 50-60 sequences is the same in the 3, 3.5 and 4 req/s runs
+    (75.7 / 76.2 / 74.7 ms). Where the simulated batch equals the real one, the 2.5 req/s run shows no
+    per-sequence deficit (-1.6 / +0.3 % at 26 / 34 sequences) and the 3 req/s run one of 60-90 us per
+    sequence (-3 to -8 %): a per-sequence V0 CPU cost fits one run and not the other (README)."""
+    at_55 = []
+    for rate in (1.0, 1.5, 2.5, 3.0, 3.5, 4.0):
+        for row in decode_by_batch(rate):
+            if row["requests"] >= 20:
+                assert abs(row["err_pct"]) <= 10.0, (rate, row)
+            if row["batch"] == "50-60":
+                at_55.append(row["step_real_ms"])
+    assert len(at_55) == 3 and max(at_55) <= 1.03 * min(at_55), at_55
+
+
+def test_three_req_s_run_ran_on_a_slower_engine_at_equal_batch():
+    """Why one step model cannot meet the 3 req/s tail: at 30-50 running sequences, with the
+    simulator as the yardstick for batch and context (its step differs by under 3 % between the runs
+    there), the real 3 req/s engine steps 6-9 % slower than the model, the 2.5 and 4 req/s engines
+    within 2 % of it (the runs replay the same requests, README "Simulator fidelity")."""
+    def ratios(rate: float) -> dict[str, float]:
+        return {r["batch"]: r["step_real_ms"] / r["step_sim_ms"] for r in decode_by_batch(rate) if r["requests"] >= 20}
+
+    slow = ratios(3.0)
+    assert slow["30-40"] >= 1.05 and slow["40-50"] >= 1.05, slow
+    for rate, bins in ((2.5, ("30-40",)), (4.0, ("30-40", "40-50"))):
+        other = ratios(rate)
+        assert all(abs(other[b] - 1) <= 0.02 for b in bins), (rate, other)
+
+
+def test_knee_tail_turns_on_a_few_percent_of_engine_speed():
+    """The 3 req/s TTFT tail is all or nothing on engine speed: the GPU's work 6 % slower (slower_gpu)
+    reproduces it (p90 within 20 %) and the 4 req/s median, and puts the 3.5 req/s median past +20 %
+    (2.5 req/s past +10 %). So no one speed meets both rows (speed_capacity_grid, README)."""
+    slow = {r["rate_req_s"]: r for r in compare(slower_gpu(1.06))}
+    assert abs(slow[3.0]["ttft_p90_err_pct"]) <= 20.0 and abs(slow[4.0]["ttft_p50_err_pct"]) <= 10.0, (slow[3.0], slow[4.0])
+    assert slow[3.5]["ttft_p50_err_pct"] > 20.0 and slow[2.5]["ttft_p50_err_pct"] > 10.0, (slow[3.5], slow[2.5])
 
 
 def test_distserve_kv_capacity_is_what_the_saturated_runs_hold():
