@@ -1,8 +1,9 @@
 """Capture: the bridge from finished requests to the trace writer thread (`traces.writer`).
 
-The hot path only decides sampling and appends to a list; every 50 ms the batch goes
-to `TraceWriter.submit` (a `put_nowait` on a bounded queue), so the writer thread wakes once per
-batch, not once per request. Canonical prompt bytes and prefix hashing run in the writer thread.
+The hot path only decides sampling and appends the record to the writer's bounded, lock-free deque
+(`TraceWriter.submit`); the writer thread drains it every `DRAIN_S`, so neither the loop nor the thread
+wakes per request, and the loop runs no timer while records flow. Canonical prompt bytes and prefix
+hashing run in the writer thread.
 Sampling keeps whole sessions: by a keyed digest of the session key here, or, for prefix-derived
 sessions, in the writer thread once the session is known (`gateway.sessions`); requests without a
 session by a seeded RNG. A full queue drops and counts the record; capture never delays a response
@@ -27,7 +28,7 @@ from slogate.traces.request_info import prompt_bytes
 from slogate.traces.usage import UsageError
 from slogate.traces.writer import TraceWriter, WriterConfig
 
-BATCH_S = 0.05  # records wait at most this long on the event loop before going to the writer
+DRAIN_S = 0.2  # the writer thread takes queued records this often (frames still go out every flush_interval)
 WATCH_S = 1.0  # while records are being lost, look at the writer's counters this often
 log = logging.getLogger("slogate.gateway")
 
@@ -64,6 +65,7 @@ class Capture:
                 max_segment_bytes=trace.rotate_bytes,
                 max_segment_age_s=trace.rotate_seconds,
                 queue_size=trace.queue_size,
+                drain_interval_s=DRAIN_S,  # the writer caps it at flush_interval
                 prefix=prefix,  # unique per worker process with --workers N
             ),
             header,
@@ -76,17 +78,14 @@ class Capture:
         self._rng = random.Random(trace.seed)
         self.start_ns = start_ns
         self.sampled_here = 0  # sampled out before the writer (keyed sessions, requests without a session)
-        self.dropped_here = 0  # batch full (the writer's queue size bounds the batch too)
-        self._limit = trace.queue_size
-        self._batch: list[tuple[RequestRecord, Any, str | None]] = []
+        self.dropped_here = 0  # kept for counts(): a full queue is counted by the writer
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._handle: asyncio.TimerHandle | None = None
         self._watch_handle: asyncio.TimerHandle | None = None
         self._seen = (0, 0)  # (written, lost) at the last look
         self._episode_lost = 0  # records lost since the current episode began (0: none running)
 
     def start(self) -> None:
-        """Start the writer thread; called on the event loop, records are then batched."""
+        """Start the writer thread; called on the event loop (loss episodes are then watched on it)."""
         try:
             self._loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -102,16 +101,9 @@ class Capture:
             return
         if not self.keep_chunk_times:
             record.chunk_times = None
-        if self._loop is None:
-            self._submit(record, body, key)
-            return
-        batch = self._batch
-        if len(batch) >= self._limit:
-            self.dropped_here += 1
-            return
-        batch.append((record, body, key))
-        if self._handle is None:
-            self._handle = self._loop.call_later(BATCH_S, self.hand_over)
+        self._submit(record, body, key)
+        if self._watch_handle is None and self._loop is not None:
+            self._watch_handle = self._loop.call_later(WATCH_S, self._watch_timer)
 
     def _sampled_in(self, record: RequestRecord, body: Any, key: bytes | None) -> bool:
         """--trace-sample below 1: a keyed session by its key; a request that may continue a prefix
@@ -128,14 +120,8 @@ class Capture:
         return self.sampled_here + self.writer.sampled_out
 
     def hand_over(self) -> None:
-        """Give the pending batch to the writer thread (it drains the queue in one wake-up)."""
-        self._handle = None
-        batch, self._batch = self._batch, []
-        for record, body, key in batch:
-            self._submit(record, body, key)
+        """Look at the writer's counters now (records themselves go to the writer as they finish)."""
         self.watch()
-        if self._watch_handle is None and self._loop is not None:
-            self._watch_handle = self._loop.call_later(WATCH_S, self._watch_timer)
 
     def watch(self) -> None:
         """Log the start of a loss episode once (path, reason) and its end once; counters only between."""
@@ -168,10 +154,9 @@ class Capture:
         return self.writer.written, self.writer.dropped + self.writer.lost + self.dropped_here
 
     def stop_batching(self) -> None:
-        """On the event loop, at shutdown: hand over the pending batch; later records go straight through."""
-        for handle in (self._handle, self._watch_handle):
-            if handle is not None:
-                handle.cancel()
+        """On the event loop, at shutdown: stop the loss-episode timer and look at the counters once."""
+        if self._watch_handle is not None:
+            self._watch_handle.cancel()
         self._watch_handle = None
         self._loop = None
         self.hand_over()

@@ -1,8 +1,9 @@
 """Per-request deadlines (first byte, idle gap, total) checked by one periodic sweep for all requests.
 
 A request registers a `Watchdog` in a coarse timer wheel (`Deadlines`, 50 ms slots): a few set
-operations per request, no timer handle per request or per chunk; the wheel ticks only while a
-deadline is filed (an idle gateway, or one without timeouts, never wakes for it). The relay only stores the time
+operations per request, no timer handle per request or per chunk; one timer armed for the earliest
+filed slot (the defaults put it a minute or more ahead, so a busy gateway does not wake every tick, and
+an idle one, or one without timeouts, never wakes for it). The relay only stores the time
 of the last chunk (`last_ns`); the sweep re-files a watchdog whose deadline moved and cancels the
 relay task of one that expired, recording which deadline fired. Never reads or writes the stream.
 """
@@ -36,11 +37,12 @@ class Deadlines:
         self._done_slot = perf_counter_ns() // self.tick_ns  # every slot up to this one was swept
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tick: asyncio.TimerHandle | None = None
+        self._tick_slot = 0  # the slot the armed timer is for
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         if self.slots:
-            self._arm()
+            self._arm(min(self.slots))
 
     async def stop(self) -> None:
         if self._tick is not None:
@@ -48,15 +50,20 @@ class Deadlines:
             self._tick = None
         self._loop = None
 
-    def _arm(self) -> None:
-        if self._tick is None and self._loop is not None:
-            self._tick = self._loop.call_later(self.tick_ns * 1e-9, self._on_tick)
+    def _arm(self, slot: int) -> None:
+        """The timer goes off when `slot` is due (no earlier timer is armed)."""
+        if self._loop is None or (self._tick is not None and self._tick_slot <= slot):
+            return
+        if self._tick is not None:
+            self._tick.cancel()
+        self._tick_slot = slot
+        self._tick = self._loop.call_later(max(0.0, (slot * self.tick_ns - perf_counter_ns()) * 1e-9), self._on_tick)
 
     def _on_tick(self) -> None:
         self._tick = None
         self.sweep(perf_counter_ns())
         if self.slots:
-            self._arm()
+            self._arm(min(self.slots))
 
     def file(self, wd: Watchdog, deadline_ns: int) -> None:
         slot = max(deadline_ns // self.tick_ns + 1, self._done_slot + 1)
@@ -67,8 +74,7 @@ class Deadlines:
         bucket = self.slots.get(slot)
         if bucket is None:
             self.slots[slot] = {wd}
-            if self._tick is None:
-                self._arm()
+            self._arm(slot)
         else:
             bucket.add(wd)
 
@@ -83,13 +89,15 @@ class Deadlines:
 
     def sweep(self, now_ns: int) -> None:
         current = now_ns // self.tick_ns
-        for slot in range(self._done_slot + 1, current + 1):
+        due = sorted(slot for slot in self.slots if slot <= current)
+        for slot in due:
             bucket = self.slots.pop(slot, None)
             if bucket:
                 for wd in bucket:
                     wd.slot = None
                     wd.check(now_ns)
         self._done_slot = max(self._done_slot, current)
+
 
 class Watchdog:
     __slots__ = ("_idle_ns", "_owner", "_task", "_total_at", "_ttfb_at", "_ttfb_ns", "fired", "last_ns", "slot")

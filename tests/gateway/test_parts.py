@@ -181,6 +181,26 @@ def test_deadlines_refile_and_unfile():
     assert not d.slots and wd.slot is None
 
 
+async def test_deadlines_arm_one_timer_for_the_earliest_slot_not_every_tick():
+    """Far deadlines (the defaults: a minute and more) cost no wake-ups per tick while requests run."""
+    d = Deadlines(tick_s=0.01)
+    d.start()
+    loop = asyncio.get_running_loop()
+    far, near = Watchdog.__new__(Watchdog), Watchdog.__new__(Watchdog)
+    far.slot = near.slot = None
+    try:
+        d.file(far, perf_counter_ns() + 5_000_000_000)
+        assert d._tick is not None and d._tick.when() - loop.time() > 4.5
+        d.file(near, perf_counter_ns() + 1_000_000_000)  # an earlier slot re-arms the one timer
+        assert 0.5 < d._tick.when() - loop.time() < 1.5
+        d.unfile(near)
+        d.sweep(perf_counter_ns())  # nothing due: the far watchdog stays filed
+        assert d.slots and far.slot is not None
+    finally:
+        d.unfile(far)
+        await d.stop()
+
+
 def test_log_redaction_drops_addresses_and_exception_text():
     record = logging.LogRecord("aiohttp.server", logging.ERROR, "x", 1, "Error handling request from %s",
                                ("10.1.2.3",), None)
