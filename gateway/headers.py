@@ -26,6 +26,9 @@ _REQUEST_DROP_B = frozenset(n.encode() for n in _REQUEST_DROP)
 _REQUEST_DROP_INJECTED_B = frozenset(n.encode() for n in _REQUEST_DROP_INJECTED)
 
 
+_KEYS: dict[str, bytes] = {}  # header name as asked → lowercased field-name bytes (RequestFields.get)
+
+
 class RequestFields:
     """A request's header fields as received, `(lowercased name, name, value)` bytes each: forwarded
     as bytes (never decoded and re-encoded), looked up case-insensitively (values decoded latin-1)."""
@@ -37,7 +40,11 @@ class RequestFields:
         self.control = any(k[:10] == _CONTROL_PREFIX_B for k, _, _ in fields)  # any x-slogate-* field
 
     def get(self, name: str, default: str | None = None) -> str | None:
-        key = name.lower().encode("latin-1")
+        key = _KEYS.get(name)
+        if key is None:
+            key = name.lower().encode("latin-1")
+            if len(_KEYS) < 64:  # the gateway asks for a handful of fixed names: encoded once
+                _KEYS[name] = key
         for k, _, v in self.fields:
             if k == key:
                 return v.decode("latin-1")

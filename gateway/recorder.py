@@ -50,7 +50,7 @@ class Recorder:
 
     def finish(self, record: RequestRecord, body: Any, traceparent: str | None = None,
                session_header: str | None = None) -> None:
-        goods = tuple(is_good(record, slo) for slo in self.slos)
+        goods = [is_good(record, slo) for slo in self.slos]
         chunk_times = record.chunk_times
         gaps = None
         if chunk_times is not None and len(chunk_times) > 1:
