@@ -78,7 +78,6 @@ class Capture:
         self._rng = random.Random(trace.seed)
         self.start_ns = start_ns
         self.sampled_here = 0  # sampled out before the writer (keyed sessions, requests without a session)
-        self.dropped_here = 0  # kept for counts(): a full queue is counted by the writer
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watch_handle: asyncio.TimerHandle | None = None
         self._seen = (0, 0)  # (written, lost) at the last look
@@ -119,10 +118,6 @@ class Capture:
         """Records not written because of --trace-sample (here and in the writer thread)."""
         return self.sampled_here + self.writer.sampled_out
 
-    def hand_over(self) -> None:
-        """Look at the writer's counters now (records themselves go to the writer as they finish)."""
-        self.watch()
-
     def watch(self) -> None:
         """Log the start of a loss episode once (path, reason) and its end once; counters only between."""
         written, lost = self.counts()
@@ -150,20 +145,20 @@ class Capture:
                            session_key=key)
 
     def counts(self) -> tuple[int, int]:
-        """(written, dropped): dropped includes a full queue/batch and records lost to disk errors."""
-        return self.writer.written, self.writer.dropped + self.writer.lost + self.dropped_here
+        """(written, dropped): dropped includes a full queue and records lost to disk errors."""
+        return self.writer.written, self.writer.dropped + self.writer.lost
 
-    def stop_batching(self) -> None:
+    def stop_watching(self) -> None:
         """On the event loop, at shutdown: stop the loss-episode timer and look at the counters once."""
         if self._watch_handle is not None:
             self._watch_handle.cancel()
         self._watch_handle = None
         self._loop = None
-        self.hand_over()
+        self.watch()
 
     def close(self, timeout: float = 30.0) -> None:
-        """Flush the last frame and join the writer thread (blocking: call `stop_batching` first)."""
-        self.hand_over()
+        """Flush the last frame and join the writer thread (blocking: call `stop_watching` first)."""
+        self.watch()
         self.writer.close(timeout)
 
 

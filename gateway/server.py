@@ -196,7 +196,7 @@ class Gateway:
         if self.recorder.tokens is not None:
             await self.recorder.tokens.close()  # records still queued go to the capture as estimated
         if self.capture is not None:
-            self.capture.stop_batching()
+            self.capture.stop_watching()
             await asyncio.to_thread(self.capture.close)
         for sink in self.sinks:
             await sink.close()
