@@ -15,8 +15,8 @@ from tests.sim.groundtruth import (
     ci_latency,
     compare,
     decode_by_batch,
-    knee,
     load,
+    out_of_bounds,
     peak_blocks_in_use,
     slower_gpu,
 )
@@ -71,17 +71,12 @@ def test_vllm_v0_ground_truth_below_saturation():
     overload (4 req/s TTFT p50): both turn on a few percent of the real engine's speed, which differs
     by run (test_knee_tail_turns_on_a_few_percent_of_engine_speed).
     """
-    rows = {r["rate_req_s"]: r for r in compare()}
-    for rate in (1.0, 1.5, 2.5, 3.5):
-        r = rows[rate]
-        for m in ("ttft", "tpot"):
-            assert abs(r[f"{m}_p50_err_pct"]) <= 10.0, (rate, m, r)
-            assert abs(r[f"{m}_p90_err_pct"]) <= 20.0, (rate, m, r)
+    table = compare()
+    rows = {r["rate_req_s"]: r for r in table}
+    assert {1.0, 1.5, 2.5, 3.5} <= set(rows)
+    assert not out_of_bounds(table, rates=(1.0, 1.5, 2.5, 3.5)), table  # medians, p90s and the knee
     for rate in (3.0, 4.0):  # TPOT stays within 10 % even past saturation
         assert abs(rows[rate]["tpot_p50_err_pct"]) <= 10.0, rows[rate]
-    k_real, k_sim = knee(list(rows.values()), "real"), knee(list(rows.values()), "sim")
-    assert k_real is not None and k_sim is not None
-    assert abs(k_sim - k_real) / k_real <= 0.10, (k_real, k_sim)
 
 
 def test_v0_decode_step_by_batch_size():
