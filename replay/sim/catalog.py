@@ -42,10 +42,24 @@ class Model(msgspec.Struct, frozen=True, kw_only=True):
     vocab: int
     max_context: int
     active_params_b: float | None = None  # MoE: parameters touched per token; None = dense
+    experts: int = 0  # MoE: routed experts per layer (0 = dense)
+    experts_per_token: int = 0  # MoE: routed experts each token uses (top-k)
 
     @property
     def active_b(self) -> float:
         return self.active_params_b if self.active_params_b is not None else self.params_b
+
+    def weights_read_b(self, tokens: float) -> float:
+        """Parameters (billions) a step over `tokens` tokens streams from memory. Dense: all of them.
+        MoE: the shared part plus each routed expert at least one token picked, counted for uniform
+        top-k routing: E·(1 − (1 − k/E)^tokens) experts per layer (one token reads the active
+        parameters; a few dozen read nearly all). Real routers are skewed, so this is an upper bound."""
+        e, k = self.experts, self.experts_per_token
+        if not (e and k and self.active_params_b is not None) or tokens >= 64 * e:
+            return self.params_b
+        per_expert = (self.params_b - self.active_params_b) / (e - k)
+        shared = self.active_params_b - k * per_expert
+        return shared + e * per_expert * (1.0 - (1.0 - k / e) ** max(tokens, 1.0))
 
 
 class Precision(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,7 +102,9 @@ _NVLINK_H100: dict[str, Any] = {"link_gb_s": 450.0, "link_latency_us": 8.0}
 # GPU sources (HBM TB/s, dense bf16 TFLOP/s without sparsity, memory): NVIDIA datasheets
 #   A100-80G  nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
 #   H100-SXM  nvidia.com/en-us/data-center/h100/  (3.35 TB/s, 989 TF bf16 dense = 1,979 with sparsity / 2)
+#   A100-40G  same datasheet (SXM4 40 GB: 1,555 GB/s, 312 TF bf16; ALCF Polaris's GPU)
 #   H200      nvidia.com/en-us/data-center/h200/  (4.8 TB/s, 141 GB)
+#   GH200     nvidia.com/en-us/data-center/grace-hopper-superchip/ (H100 GPU with 96 GB HBM3 at 4 TB/s)
 #   L40S      nvidia.com/en-us/data-center/l40s/ ; A10 nvidia.com/en-us/data-center/products/a10-gpu/ ;
 #   L4        nvidia.com/en-us/data-center/l4/
 #   RTX-4090  NVIDIA Ada GPU architecture whitepaper (FP16/BF16 tensor, FP16 accumulate) ;
@@ -99,8 +115,10 @@ GPUS: dict[str, Gpu] = {
     g.name.lower(): g
     for g in (
         Gpu(name="A100-80G", hbm_tb_s=2.039, bf16_tflops=312, memory_gib=80, mfu=0.65, **_NVLINK_A100),
+        Gpu(name="A100-40G", hbm_tb_s=1.555, bf16_tflops=312, memory_gib=40, mfu=0.65, **_NVLINK_A100),
         Gpu(name="H100-SXM", hbm_tb_s=3.35, bf16_tflops=989, memory_gib=80, mfu=0.45, fp8=True, **_NVLINK_H100),
         Gpu(name="H200", hbm_tb_s=4.8, bf16_tflops=989, memory_gib=141, mfu=0.45, fp8=True, **_NVLINK_H100),
+        Gpu(name="GH200", hbm_tb_s=4.0, bf16_tflops=989, memory_gib=96, mfu=0.45, fp8=True, **_NVLINK_H100),
         Gpu(name="L40S", hbm_tb_s=0.864, bf16_tflops=362, memory_gib=48, mfu=0.32, fp8=True),
         Gpu(name="A10", hbm_tb_s=0.6, bf16_tflops=125, memory_gib=24, mfu=0.35),
         Gpu(name="L4", hbm_tb_s=0.3, bf16_tflops=121, memory_gib=24, mfu=0.35, fp8=True),
@@ -114,8 +132,10 @@ GPUS: dict[str, Gpu] = {
 #   llama-3-8b / -70b  huggingface.co/meta-llama/Meta-Llama-3-8B (-70B)/blob/main/config.json
 #   qwen2.5-7b         huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json
 #   mixtral-8x7b       huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json (46.7 B total,
-#                      12.9 B active: mistral.ai/news/mixtral-of-experts)
+#                      12.9 B active: mistral.ai/news/mixtral-of-experts; 8 local experts, 2 per token)
 #   opt-13b            huggingface.co/facebook/opt-13b/blob/main/config.json
+#   llama-2-7b         huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json (6.74 B, multi-head KV)
+#   mistral-7b         huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json (7.24 B)
 MODELS: dict[str, Model] = {
     m.name: m
     for m in (
@@ -125,8 +145,12 @@ MODELS: dict[str, Model] = {
               head_dim=128, vocab=128256, max_context=8192),
         Model(name="qwen2.5-7b", params_b=7.62, layers=28, hidden=3584, heads=28, kv_heads=4,
               head_dim=128, vocab=152064, max_context=32768),
-        Model(name="mixtral-8x7b", params_b=46.7, active_params_b=12.9, layers=32, hidden=4096, heads=32,
-              kv_heads=8, head_dim=128, vocab=32000, max_context=32768),
+        Model(name="mixtral-8x7b", params_b=46.7, active_params_b=12.9, experts=8, experts_per_token=2,
+              layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, vocab=32000, max_context=32768),
+        Model(name="llama-2-7b", params_b=6.74, layers=32, hidden=4096, heads=32, kv_heads=32,
+              head_dim=128, vocab=32000, max_context=4096),
+        Model(name="mistral-7b", params_b=7.24, layers=32, hidden=4096, heads=32, kv_heads=8,
+              head_dim=128, vocab=32000, max_context=32768),
         Model(name="opt-13b", params_b=12.9, layers=40, hidden=5120, heads=40, kv_heads=40,
               head_dim=128, vocab=50272, max_context=2048),
     )
@@ -204,24 +228,24 @@ MODELS.update({
               head_dim=128, vocab=128256, max_context=131072),
         # huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json (128 experts, 8 active; 3.3B active;
         # max_position_embeddings 40960 without YaRN)
-        Model(name="qwen3-30b-a3b", params_b=30.5, active_params_b=3.3, layers=48, hidden=2048, heads=32,
-              kv_heads=4, head_dim=128, vocab=151936, max_context=40960),
+        Model(name="qwen3-30b-a3b", params_b=30.5, active_params_b=3.3, experts=128, experts_per_token=8,
+              layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128, vocab=151936, max_context=40960),
         # huggingface.co/Qwen/Qwen3-235B-A22B/blob/main/config.json (128 experts, 8 active; 22B active)
-        Model(name="qwen3-235b-a22b", params_b=235.1, active_params_b=22.2, layers=94, hidden=4096, heads=64,
-              kv_heads=4, head_dim=128, vocab=151936, max_context=40960),
+        Model(name="qwen3-235b-a22b", params_b=235.1, active_params_b=22.2, experts=128, experts_per_token=8,
+              layers=94, hidden=4096, heads=64, kv_heads=4, head_dim=128, vocab=151936, max_context=40960),
         # huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json: MLA caches one compressed latent per
         # layer and token, kv_lora_rank 512 + qk_rope_head_dim 64 = 576 values, written here as
         # kv_heads=1 × head_dim=288 × 2 (K and V) so the KV bytes per token are exact (replicated per TP
         # rank, as vLLM does); 671B total, 37B active; max_position_embeddings 163840
-        Model(name="deepseek-v3", params_b=671.0, active_params_b=37.0, layers=61, hidden=7168, heads=128,
-              kv_heads=1, head_dim=288, vocab=129280, max_context=163840),
+        Model(name="deepseek-v3", params_b=671.0, active_params_b=37.0, experts=256, experts_per_token=8,
+              layers=61, hidden=7168, heads=128, kv_heads=1, head_dim=288, vocab=129280, max_context=163840),
         # huggingface.co/openai/gpt-oss-20b/blob/main/config.json (32 experts, 4 active; 3.6B active; MXFP4
         # experts: use dtype=int4 for their weight bytes). Half the layers use a 128-token sliding window;
         # counted here as full attention (an upper bound on KV)
-        Model(name="gpt-oss-20b", params_b=20.9, active_params_b=3.6, layers=24, hidden=2880, heads=64,
-              kv_heads=8, head_dim=64, vocab=201088, max_context=131072),
+        Model(name="gpt-oss-20b", params_b=20.9, active_params_b=3.6, experts=32, experts_per_token=4,
+              layers=24, hidden=2880, heads=64, kv_heads=8, head_dim=64, vocab=201088, max_context=131072),
         # huggingface.co/openai/gpt-oss-120b/blob/main/config.json (128 experts, 4 active; 5.1B active)
-        Model(name="gpt-oss-120b", params_b=116.8, active_params_b=5.1, layers=36, hidden=2880, heads=64,
-              kv_heads=8, head_dim=64, vocab=201088, max_context=131072),
+        Model(name="gpt-oss-120b", params_b=116.8, active_params_b=5.1, experts=128, experts_per_token=4,
+              layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64, vocab=201088, max_context=131072),
     )
 })

@@ -43,6 +43,12 @@ class SimConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     scheduler: Literal["v1", "v0"] = "v1"
     prefix_caching: bool = True
     jitter: float = 0.02  # relative std-dev of step time
+    # The engine's host work per step (scheduling, inputs and block tables, output processing) that runs
+    # alongside the GPU: a step lasts at least host_step_ms + host_seq_us × sequences + host_kv_ns × KV
+    # tokens in the batch. All 0 = always hidden.
+    host_step_ms: float = 0.0
+    host_seq_us: float = 0.0
+    host_kv_ns: float = 0.0
     seed: int = 0
     replicas: int = 1
     hash_block_tokens: int = 16  # tokens per trace hash id (SimRequest.hash_ids)
@@ -149,7 +155,8 @@ def step_model(spec: EngineSpec, seed: int) -> StepFn:
         return load_profile(c.profile, jitter=c.jitter, seed=seed)
     kv_bytes = catalog.precision(c.kv_dtype).weight_bytes
     return Roofline(spec.gpu, spec.model, tp=c.tp, dtype=c.dtype, kv_bytes=kv_bytes, jitter=c.jitter, seed=seed,
-                    scheduler=c.scheduler)
+                    scheduler=c.scheduler, host_step_s=c.host_step_ms / 1e3, host_seq_s=c.host_seq_us / 1e6,
+                    host_kv_s=c.host_kv_ns / 1e9)
 
 
 def output_length(rng: random.Random, median: int, cap: int) -> int:

@@ -75,6 +75,11 @@ def parser() -> argparse.ArgumentParser:
     a("--scheduler", choices=["v1", "v0"], help="v1: chunked prefill (default); v0: prefill-first")
     a("--no-prefix-caching", action="store_true", help="disable automatic prefix caching")
     a("--jitter", type=float, help="relative step-time noise (default 0.02)")
+    a("--host-step-ms", type=float, help="host work per step that overlaps the GPU (scheduling, inputs, outputs): "
+      "a step lasts at least this plus --host-seq-us per sequence and --host-kv-ns per KV token (default 0: "
+      "hidden; vLLM's V0 of 2024 showed about 6 ms + 60-100 µs + 30 ns)")
+    a("--host-seq-us", type=float, help="host work per running sequence per step (default 0)")
+    a("--host-kv-ns", type=float, help="host work per KV token of the batch per step: block tables (default 0)")
     a("--gpu-set", help="override/define GPU fields, e.g. hbm_tb_s=2.5,bf16_tflops=500,memory_gib=96")
     a("--model-set", help="override/define model fields, e.g. params_b=13,layers=40,hidden=5120")
     a("--replicas", type=int, help="number of engines, on consecutive ports")
@@ -125,7 +130,7 @@ def configure(argv: list[str]) -> tuple[SimConfig, ServerOptions, FaultConfig]:
             sim["profile"] = rest[0]
     for key in ("gpu", "model", "tp", "dtype", "kv_dtype", "timing", "ttft_ms", "itl_ms", "max_num_seqs",
                 "max_num_batched_tokens", "max_model_len", "kv_blocks", "gpu_memory_utilization", "scheduler",
-                "jitter", "replicas", "seed"):
+                "jitter", "host_step_ms", "host_seq_us", "host_kv_ns", "replicas", "seed"):
         if getattr(ns, key) is not None:
             sim[key] = getattr(ns, key)
     if ns.no_prefix_caching:

@@ -28,10 +28,13 @@ from slogate.replay.sim.engine import SimConfig, SimRequest, closed_loop, run_vi
 from slogate.traces.metrics import percentile  # noqa: E402
 from tests.sim.groundtruth import (  # noqa: E402
     DISTSERVE_KV_BLOCKS,
+    OFFLINE_FLOOR_SETUPS,
     ci_latency,
     compare,
     decode_by_batch,
     knee,
+    offline_batches,
+    offline_summary,
     speed_capacity_grid,
 )
 from tests.sim.realclient import hist_quantile, raw_streams, run_plan  # noqa: E402
@@ -81,6 +84,35 @@ def ground_truth() -> dict:
                                        if k_real and k_sim else None},
             "decode_step_by_batch": {str(r["rate_req_s"]): decode_by_batch(r["rate_req_s"]) for r in rows},
             "speed_capacity_grid": speed_capacity_grid()}
+
+
+def offline_ground_truth() -> dict:
+    """LLM-Inference-Bench's vLLM offline batches (A100-40GB, H100, GH200) replayed in virtual time:
+    per setup and batch size, the median error over the five lengths and the p90 |error|."""
+    runs = offline_batches()
+    summary = offline_summary(runs)
+    errs = [abs(r["err_pct"]) for r in runs]
+
+    def inside(s: dict) -> bool:
+        return abs(s["median_err_pct"]) <= 10 and s["p90_abs_err_pct"] <= 20
+
+    held_out = [s for s in summary if (s["gpu"], s["model"], s["tp"]) not in OFFLINE_FLOOR_SETUPS]
+    return {"source": "argonne-lcf/LLM-Inference-Bench@ae7e7a4 Plots/All_results.csv: vLLM 0.6 (V0) offline "
+                      "batches, B x (L in, L out), L 128-2048, B 1-64 (tests/bench/ground_truth/README.md)",
+            "runs": runs, "by_setup_and_batch": summary,
+            "median_abs_err_pct": round(statistics.median(errs), 1), "p90_abs_err_pct": round(pct(errs, 90), 1),
+            "setups_batches_in_bounds": sum(map(inside, summary)), "setups_batches": len(summary),
+            "held_out_in_bounds": sum(map(inside, held_out)), "held_out": len(held_out)}
+
+
+def offline_pivot(summary: list[dict]) -> list[dict]:
+    """One line per setup: 'median (p90 |error|)' per batch size."""
+    lines: dict[tuple, dict] = {}
+    for s in summary:
+        key = (s["gpu"], s["model"], s["tp"])
+        line = lines.setdefault(key, {"gpu": s["gpu"], "model": s["model"], "tp": s["tp"]})
+        line[f"B={s['batch']}"] = f"{s['median_err_pct']:+.0f}% ({s['p90_abs_err_pct']:.0f})"
+    return list(lines.values())
 
 
 def sweep() -> list[dict]:
@@ -232,6 +264,14 @@ def main() -> int:
           [{"rate": rate, **row} for rate, rows in gt["decode_step_by_batch"].items() for row in rows])
     table("rows outside the bounds (2 req/s left out) by engine speed and KV capacity (tests/sim/groundtruth.py)",
           [{**g, "out_of_bounds": "; ".join(g["out_of_bounds"]) or "none"} for g in gt["speed_capacity_grid"]])
+    off = offline_ground_truth()
+    results["ground_truth_vllm_offline_batches"] = off
+    table(f"offline batches, simulated vs real whole-batch latency: median error (p90 |error|) over L = "
+          f"128-2048: {off['source']}", offline_pivot(off["by_setup_and_batch"]))
+    print(f"all {len(off['runs'])} runs: median |error| {off['median_abs_err_pct']} %, p90 |error| "
+          f"{off['p90_abs_err_pct']} %; setups x batch sizes within 10 % / 20 %: "
+          f"{off['setups_batches_in_bounds']} of {off['setups_batches']} ({off['held_out_in_bounds']} of the "
+          f"{off['held_out']} outside the setups the host floors are read from)")
     results["sweep"] = sweep()
     table("closed-loop concurrency sweep, h100-sxm llama-3-8b, 1024 in / 256 out", results["sweep"])  # type: ignore[arg-type]
     results["preemption"] = preemption_demo()

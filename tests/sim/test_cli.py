@@ -32,6 +32,7 @@ def test_help_lists_examples_and_catalog():
     (["--gpu", "a10", "--model", "llama-3-70b"], "does not fit"),
     (["--timing", "linear"], "--timing linear needs coefficients"),
     (["--timing", "roofline", "--linear", "1,0,0,0"], "but --timing is roofline"),
+    (["--host-step-ms", "-2"], "host time per step must be ≥ 0"),
 ])
 def test_usage_errors_exit_2(args, needle):
     p = slogate("--port", "1", *args)
@@ -46,6 +47,8 @@ def test_config_file_and_flags(tmp_path):
     config, opts, faults = configure(["--config", str(f), "--max-num-seqs", "32", "--fault", "slow_start=2"])
     assert config.gpu == "a100-80g" and config.max_num_seqs == 32 and opts.max_waiting == 10
     assert faults.error_rate == 0.1 and faults.dead == [(5.0, 6.0)] and faults.slow_start_s == 2
+    config, _, _ = configure(["--tp", "4", "--host-step-ms", "6", "--host-seq-us", "60"])
+    assert (config.host_step_ms, config.host_seq_us) == (6.0, 60.0)
     with pytest.raises(UsageError, match="cannot use --config"):
         configure(["--config", str(tmp_path / "missing.toml")])
 

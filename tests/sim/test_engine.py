@@ -165,7 +165,10 @@ def test_precision_tp_and_overrides_change_timing():
     SimConfig(gpu="l4", model="llama-3-8b", kv_blocks=300, seed=5),  # blocks run out: preemptions
     SimConfig(gpu="a100-80g", model="opt-13b", scheduler="v0", seed=6),
     SimConfig(gpu="h100-sxm", model="llama-3-70b", tp=4, seed=8),  # all-reduce terms in the step
-], ids=["v1", "preempting", "v0", "tp4"])
+    SimConfig(gpu="h100-sxm", model="mixtral-8x7b", tp=2, seed=9),  # weights read by the routed experts
+    SimConfig(gpu="h100-sxm", model="llama-3-8b", tp=4, host_step_ms=6, host_seq_us=60, host_kv_ns=30,
+              seed=10),  # host floor
+], ids=["v1", "preempting", "v0", "tp4", "moe", "host-floor"])
 def test_coalesced_decode_steps_give_the_same_token_times(config):
     """Scheduler.run_decodes (virtual clock) runs plain decode steps in one go (Roofline.decode_run,
     token times handed over with emit_all); every token time, to the last bit, step count and
