@@ -19,7 +19,7 @@ from slogate.traces.usage import UsageError
 # options a candidate may set (SimConfig fields); anything else is a typo
 OPTIONS = ("dtype", "kv_dtype", "tp", "replicas", "max_num_seqs", "max_num_batched_tokens",
            "gpu_memory_utilization", "max_model_len", "scheduler", "prefix_caching", "timing", "ttft_ms", "itl_ms",
-           "jitter", "seed", "interconnect")
+           "jitter", "seed", "interconnect", "host_step_ms", "host_seq_us", "host_kv_ns")
 INT_OPTIONS = ("tp", "replicas", "max_num_seqs", "max_num_batched_tokens", "max_model_len")
 
 

@@ -241,3 +241,20 @@ def test_interconnect_errors_name_the_fix() -> None:
         cands.parse_candidate("h100/llama-3-8b?interconnect=infiniband")
     cand = cands.parse_candidate("h100-sxm/llama-3-8b?tp=2&interconnect=pcie5")
     assert cand.target == "sim:h100-sxm/llama-3-8b?tp=2&gpu_set=link_gb_s=64,link_latency_us=15"
+
+
+def test_a_host_floor_in_the_candidate_lowers_a_host_bound_tp_capacity(tmp_path: Path, capsys) -> None:
+    """`?host_step_ms=…&host_seq_us=…&host_kv_ns=…` reach the simulated engine: Llama-3-8B on four H100s
+    has a ~3 ms GPU step, so with LLM-Inference-Bench's H100 host floor (6 ms + 60 µs/seq + 30 ns/KV token,
+    tests/sim/groundtruth.py) a 7 ms TPOT SLO holds at far less load than without it."""
+    out = tmp_path / "p"
+    floor = "host_step_ms=6&host_seq_us=60&host_kv_ns=30"
+    assert slogate(["plan", str(SAMPLE), "--slo", "ttft=2,tpot=0.007", "--window", "0:60", "--candidates",
+                    f"h100-sxm/llama-3-8b?tp=4,h100-sxm/llama-3-8b?tp=4&{floor}", "--out", str(out)]) == 0
+    rows = {c.candidate: c for c in load(out).candidates}
+    bare, floored = rows["h100-sxm/llama-3-8b?tp=4"], rows[f"h100-sxm/llama-3-8b?tp=4&{floor}"]
+    assert bare.capacity_rps and bare.capacity_rps > 2 * (floored.capacity_rps or 0.0), (bare, floored)
+    capsys.readouterr()
+    assert slogate(["plan", str(SAMPLE), "--slo", "ttft=2", "--window", "0:10", "--candidates",
+                    "h100-sxm/llama-3-8b?host_step_ms=-1", "--out", str(tmp_path / "q")]) == 2
+    assert "host time per step must be ≥ 0, got -1.0 ms" in capsys.readouterr().err
