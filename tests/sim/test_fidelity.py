@@ -186,13 +186,16 @@ def test_offline_batches_hold_where_the_model_holds():
     every batch size; of the 76 cells outside the two setups the host floors are read from, at least 56
     are in bounds (28 before this model), and without the floors the held-out dense TP 4 setups at
     batch 1 are 23-47 % fast. The routed-experts read takes Mixtral at batch 1 from +120 % to within 30 %."""
-    from tests.sim.groundtruth import OFFLINE_FLOOR_SETUPS, offline_batches, offline_config, offline_summary
+    from tests.sim.groundtruth import (
+        OFFLINE_FLOOR_SETUPS,
+        offline_batches,
+        offline_config,
+        offline_summary,
+    )
+    from tests.sim.groundtruth import offline_in_bounds as inside
 
     summary = offline_summary(offline_batches())
     by = {(s["gpu"], s["model"], s["tp"], s["batch"]): s for s in summary}
-
-    def inside(s: dict) -> bool:
-        return abs(s["median_err_pct"]) <= 10 and s["p90_abs_err_pct"] <= 20
 
     held = [("h100-sxm", "llama-3-8b", 1), ("h100-sxm", "llama-2-7b", 1), ("a100-40g", "llama-3-8b", 1),
             ("a100-40g", "mistral-7b", 1), ("h100-sxm", "llama-3-8b", 2), ("h100-sxm", "llama-3-70b", 4),
