@@ -25,6 +25,7 @@ examples:
   slogate sim --port 8000 --linear-fit steps.csv       # step time fitted to measured engine steps
   slogate sim --port 8000 --replicas 4                                   # ports 8000-8003
   slogate sim --port 8000 --kv-blocks 200 --max-num-seqs 64              # force preemptions
+  slogate sim --port 8000 --tp 4 --host-step-ms 6 --host-seq-us 60 --host-kv-ns 30   # host-bound steps (vLLM V0)
   slogate sim --port 8000 --fault error_rate=0.05 --fault dead=30:40 --fault slowdown=60:90:3
   slogate sim calibrate --target http://127.0.0.1:8000 --out gpu.toml   # fit to a real server
   slogate sim --port 8000 --config sim.toml                              # [sim] [server] [faults] [[gpu]] [[model]]
