@@ -182,8 +182,8 @@ def test_host_floor_bounds_every_step_from_below():
 def test_offline_batches_hold_where_the_model_holds():
     """LLM-Inference-Bench's vLLM offline batches (tests/bench/ground_truth/README.md), 441 runs on
     A100-40GB, H100 and GH200, 84 setup × batch-size cells (median error over the lengths ≤ 10 %, p90
-    |error| ≤ 20 % is in bounds). One-GPU Llama, 8B on 2 and 4 H100s and 70B on 4 stay in bounds at
-    every batch size; of the 76 cells outside the two setups the host floors are read from, at least 56
+    |error| ≤ 20 % is in bounds). Seven setups stay in bounds at every batch size (Llama-3-8B and
+    Llama-2-7B on one H100, Llama-3-8B and Mistral-7B on one A100, 8B on 2 and 4 H100s, 70B on 4); of the 76 cells outside the two setups the host floors are read from, at least 56
     are in bounds (28 before this model), and without the floors the held-out dense TP 4 setups at
     batch 1 are 23-47 % fast. The routed-experts read takes Mixtral at batch 1 from +120 % to within 30 %."""
     from tests.sim.groundtruth import (
