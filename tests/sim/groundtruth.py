@@ -167,13 +167,17 @@ def slower_gpu(factor: float, config: SimConfig = DISTSERVE_CONFIG) -> SimConfig
                                                     "bf16_tflops": gpu.bf16_tflops / factor})
 
 
+# Issue 16's bounds (%): medians within 10, p90s within 20 (knee: within 10), on every ground truth here.
+BOUND_PCT = {50: 10.0, 90: 20.0}
+
+
 def out_of_bounds(rows: list[dict], rates: tuple[float, ...] | None = None) -> list[str]:
     """Issue 16's bounds on a compare() table: medians within 10 %, p90s within 20 % at `rates` (None:
     every rate but 2 req/s, whose engine was slower, tests/bench/ground_truth/README.md), and the knee
     (from every row) within 10 %. Each miss as a short line; none: every bound met."""
     out = [f"{r['rate_req_s']:g} {m} p{q} {r[f'{m}_p{q}_err_pct']:+.0f}%" for r in rows
            if (r["rate_req_s"] in rates if rates is not None else r["rate_req_s"] != 2.0)
-           for m in ("ttft", "tpot") for q, bound in ((50, 10.0), (90, 20.0)) if abs(r[f"{m}_p{q}_err_pct"]) > bound]
+           for m in ("ttft", "tpot") for q, bound in BOUND_PCT.items() if abs(r[f"{m}_p{q}_err_pct"]) > bound]
     k_real, k_sim = knee(rows, "real"), knee(rows, "sim")
     if not (k_real and k_sim and abs(k_sim - k_real) / k_real <= 0.10):
         out.append(f"knee {k_real} vs {k_sim}")
@@ -253,7 +257,7 @@ def offline_batches(path: Path = ARGONNE, config=offline_config) -> list[dict]:
 
 def offline_in_bounds(cell: dict) -> bool:
     """Issue 16's bounds on one offline_summary cell: median error ≤ 10 %, p90 |error| ≤ 20 %."""
-    return abs(cell["median_err_pct"]) <= 10 and cell["p90_abs_err_pct"] <= 20
+    return abs(cell["median_err_pct"]) <= BOUND_PCT[50] and cell["p90_abs_err_pct"] <= BOUND_PCT[90]
 
 
 def offline_summary(rows: list[dict]) -> list[dict]:
