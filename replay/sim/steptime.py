@@ -99,7 +99,7 @@ class Roofline:
             raise UsageError(f"host time per step must be ≥ 0, got {host_step_s * 1e3} ms + "
                              f"{host_seq_s * 1e6} µs/seq + {host_kv_s * 1e9} ns/KV token")
         self.host_step_s, self.host_seq_s, self.host_kv_s = host_step_s, host_seq_s, host_kv_s
-        self.host = host_step_s > 0 or host_seq_s > 0 or host_kv_s > 0
+        self.host_floor = host_step_s > 0 or host_seq_s > 0 or host_kv_s > 0
         self.jitter = jitter
         self._rng = random.Random(seed)
         self._spare: float | None = None  # the second normal of the last Box–Muller pair
@@ -128,7 +128,7 @@ class Roofline:
              + attn_work * self.attn_coef)
         if self.comm_fixed:
             t += self.comm_fixed + self.comm_coef * new_tokens
-        if self.host:  # the GPU waits for the host: a step is never shorter than its host work
+        if self.host_floor:  # the GPU waits for the host: a step is never shorter than its host work
             t = max(t, self.host_step_s + self.host_seq_s * seqs + self.host_kv_s * kv_tokens)
         if self.jitter:
             t *= 1.0 + self.jitter * max(-3.0, min(3.0, self._gauss()))
@@ -142,7 +142,7 @@ class Roofline:
         kv_coef, attn_coef, seq_t = self.kv_coef, self.attn_coef, SEQ_OVERHEAD_S * seqs
         fixed, weights, lin = self.t_fixed, self.weights_s(seqs), seqs * self.lin_coef
         comm_fixed, comm = self.comm_fixed, self.comm_fixed + self.comm_coef * seqs
-        floor, host, host_kv = self.host, self.host_step_s + self.host_seq_s * seqs, self.host_kv_s
+        floor, host, host_kv = self.host_floor, self.host_step_s + self.host_seq_s * seqs, self.host_kv_s
         jitter, rnd, spare = self.jitter, self._rng.random, self._spare
         log, sqrt, sin, cos = math.log, math.sqrt, math.sin, math.cos
         times: list[float] = []
