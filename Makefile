@@ -43,11 +43,11 @@ $(PEERS)/.installed: pyproject.toml | $(BIN)/python
 
 install-test: apt $(VENV)/.installed-test $(PEERS)/.installed $(VENV)/.compiled
 
-# The simulator's hot modules compiled with mypyc (setup.py; `slogate plan` runs ~1.8x faster, same
-# results): built in place beside their sources, and again whenever one of them changes. A stale
-# build is never used (replay/sim/native.py falls back to pure Python); SLOGATE_PURE=1 forces pure.
-# Needs a C compiler and the Python headers (`make apt` installs them).
-COMPILED_SRC := $(wildcard replay/sim/kvcache.py replay/sim/steptime.py replay/sim/scheduler.py replay/sim/engine.py)
+# The hot modules compiled with mypyc (setup.py; slogate/native.py's GROUPS): the simulator's (`slogate plan`
+# runs ~2x faster) and the gateway's data path (~20 % less CPU per request); same results. Built in place
+# beside their sources, and again whenever one of them changes. A stale build is never used (slogate/native.py
+# falls back to pure Python); SLOGATE_PURE=1 forces pure. Needs a C compiler and the Python headers (`make apt`).
+COMPILED_SRC := slogate/native.py $(shell $(PYTHON) -c 'import runpy; print(" ".join(m.split(".", 1)[1].replace(".", "/") + ".py" for _, ms in runpy.run_path("slogate/native.py")["GROUPS"].values() for m in ms))')
 $(VENV)/.compiled: $(COMPILED_SRC) setup.py | $(VENV)/.installed
 	@$(BIN)/python -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
 	  || { echo "make compile needs the Python headers: apt-get install python3-dev (or make apt)" >&2; exit 1; }
@@ -104,4 +104,5 @@ bench-routing: install-test   # routing policies on 4 simulated replicas
 	$(BIN)/python tests/bench/routing.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info replay/sim/*.so replay/sim/_native.json
+	rm -rf $(VENV) build *.egg-info replay/sim/*.so gateway/*.so gateway/routing/*.so traces/*.so \
+	  replay/sim/_native.json gateway/_native.json

@@ -1,7 +1,8 @@
-"""Build hook: with SLOGATE_COMPILE=1 the simulator's hot modules are compiled with mypyc.
+"""Build hook: with SLOGATE_COMPILE=1 the hot modules (the simulator's, the gateway's data path) are
+compiled with mypyc, one shared library per group (slogate/native.py's GROUPS).
 
 Everything else about the package is in pyproject.toml; without the variable this adds nothing and
-the install stays pure Python (the default, and the fallback at import: replay/sim/native.py).
+the install stays pure Python (the default, and the fallback at import: slogate/native.py).
 `make compile` runs it in place: `SLOGATE_COMPILE=1 python setup.py build_ext --inplace`.
 """
 
@@ -18,38 +19,39 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
-SIM = HERE / "replay" / "sim"
-STAMP = "_native.json"
-GROUP = "slogate.replay.sim._native"  # one shared library, inside the package (not at the top level)
-SOURCES: dict[str, str] = {}  # module → sha256 of the source this build compiles (extensions() fills it)
-# what the compiled modules may import, laid out as installed (mypy names a module after its folders,
-# and the source tree maps replay/ onto slogate.replay); mypy reads only what they do import
-COPIED = {"slogate": "*.py", "replay": "__init__.py", "replay/sim": "*.py", "traces": "**/*.py"}
+# the source tree's folders as installed (pyproject.toml's package-dir)
+FOLDERS = {"slogate": HERE / "slogate", "traces": HERE / "traces", "gateway": HERE / "gateway", "replay": HERE / "replay"}
+STAMPS: dict[str, dict[str, str]] = {}  # group -> {module: sha256 of the source this build compiles}
 
 
-def _compiled() -> tuple[str, ...]:
-    """replay/sim/native.py's COMPILED: the one list of what is compiled (read from the file, since
-    the package itself need not be importable while it is built)."""
-    spec = importlib.util.spec_from_file_location("_slogate_native", SIM / "native.py")
+def _native():
+    """slogate/native.py, read from its file (the package itself need not be importable while it is built)."""
+    spec = importlib.util.spec_from_file_location("_slogate_native", HERE / "slogate" / "native.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return tuple(module.COMPILED)
+    return module
+
+
+def _tree_path(module: str) -> Path:
+    """`slogate.gateway.routing.router` -> gateway/routing/router.py (or a package's folder, without .py)."""
+    parts = module.split(".")[1:]
+    return FOLDERS[parts[0]].joinpath(*parts[1:]) if parts[0] in FOLDERS and len(parts) > 1 else FOLDERS[parts[0]]
 
 
 class StampedBuildExt(build_ext):
-    """build_ext, then the stamp: each compiled module's source hash (native.py uses the build only
+    """build_ext, then each group's stamp: its modules' source hashes (slogate/native.py uses a build only
     while they match). Written only once the build succeeded, so a failed rebuild leaves none."""
 
     def run(self) -> None:
         super().run()
-        if not SOURCES:
-            return
-        text = json.dumps({"compiler": "mypyc", "sources": SOURCES}, indent=1) + "\n"
-        (SIM / STAMP).write_text(text)  # in place (make compile, editable installs)
-        built = Path(self.build_lib) / "slogate" / "replay" / "sim"
-        if not self.inplace and built.is_dir():  # a wheel
-            (built / STAMP).write_text(text)
+        for group, sources in STAMPS.items():
+            text = json.dumps({"compiler": "mypyc", "sources": sources}, indent=1) + "\n"
+            package = group.rpartition(".")[0]
+            _tree_path(package).joinpath(_native().STAMP).write_text(text)  # in place (make compile, editable)
+            built = Path(self.build_lib).joinpath(*package.split("."))
+            if not self.inplace and built.is_dir():  # a wheel
+                (built / _native().STAMP).write_text(text)
 
 
 def extensions() -> list:
@@ -57,19 +59,21 @@ def extensions() -> list:
         return []
     from mypyc.build import mypycify
 
-    (SIM / STAMP).unlink(missing_ok=True)  # until the new build succeeds, none is trusted
-    src = HERE / "build" / "mypyc-src"
+    native = _native()
+    for group in native.GROUPS:  # until the new build succeeds, none is trusted
+        _tree_path(group.rpartition(".")[0]).joinpath(native.STAMP).unlink(missing_ok=True)
+    src = HERE / "build" / "mypyc-src"  # the tree laid out as installed: mypy names a module after its folders
     shutil.rmtree(src, ignore_errors=True)
-    for folder, pattern in COPIED.items():
-        for path in (HERE / folder).glob(pattern):
-            dest = src / "slogate" / path.relative_to(HERE / "slogate" if folder == "slogate" else HERE)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, dest)
-    names = _compiled()
-    paths = [src / "slogate" / "replay" / "sim" / f"{m}.py" for m in names]
-    SOURCES.update({m: hashlib.sha256(p.read_bytes()).hexdigest() for m, p in zip(names, paths, strict=True)})
-    return mypycify([str(p) for p in paths], group_name=GROUP, opt_level=os.environ.get("MYPYC_OPT_LEVEL", "3"),
-                    target_dir=str(HERE / "build" / "mypyc"))
+    for name, folder in FOLDERS.items():
+        dest = src / "slogate" if name == "slogate" else src / "slogate" / name
+        shutil.copytree(folder, dest, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.json", "samples"))
+    out = []
+    for group, (_, modules) in native.GROUPS.items():
+        paths = [src.joinpath(*m.split(".")[:-1], m.split(".")[-1] + ".py") for m in modules]
+        STAMPS[group] = {m: hashlib.sha256(p.read_bytes()).hexdigest() for m, p in zip(modules, paths, strict=True)}
+        out += mypycify([str(p) for p in paths], group_name=group, opt_level=os.environ.get("MYPYC_OPT_LEVEL", "3"),
+                        target_dir=str(HERE / "build" / "mypyc" / group.split(".")[1]))
+    return out
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": StampedBuildExt})

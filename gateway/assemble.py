@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from slogate.gateway.headers import RequestFields
 from slogate.gateway.recorder import Recorder
 from slogate.traces.observer import StreamObserver
 from slogate.traces.record import ErrorClass, RequestRecord
@@ -74,7 +75,8 @@ def unsent_record(info: RequestInfo, *, t0_ns: int, start_ns: int, t_end: int, s
     return record
 
 
-def hand_off(recorder: Recorder, record: RequestRecord, parsed: Any, headers: Mapping[str, str] | None = None) -> None:
+def hand_off(recorder: Recorder, record: RequestRecord, parsed: Any,
+             headers: RequestFields | Mapping[str, str] | None = None) -> None:
     """To live metrics, the status window, the capture and the sinks; metrics must never break the relay.
     An estimated prompt goes through the tokenizer queue first (gateway.tokens), when one is configured.
     From the request `headers` only `traceparent` and the `--session-header` value are taken."""

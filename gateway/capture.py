@@ -49,9 +49,12 @@ class Capture:
         self._hasher = hasher
         self.session_sources = parse_sources(trace.session_from)
         self.session_header = trace.session_header if "header" in self.session_sources else None
+        # a session's keep-or-drop is a salted digest of (seed, session): without --trace-seed the seed is 0,
+        # so every turn (and every worker, which share the salt) gives the same answer; the salt keeps it unguessable
+        session_seed = trace.seed if trace.seed is not None else 0
         sessions = SessionDeriver(hasher, sources=self.session_sources, window_s=trace.session_window,
                                   run_id=f"{start_unix:.6f}", sample=trace.sample,
-                                  seed=trace.seed) if self.session_sources else None
+                                  seed=session_seed) if self.session_sources else None
         header = TraceHeader(
             start_unix=start_unix,
             slos=dict(cfg.slos),
@@ -74,7 +77,7 @@ class Capture:
         )
         self.sample = trace.sample
         self.keep_chunk_times = trace.chunk_times
-        self._seed = trace.seed
+        self._seed = session_seed
         self._rng = random.Random(trace.seed)
         self.start_ns = start_ns
         self.sampled_here = 0  # sampled out before the writer (keyed sessions, requests without a session)

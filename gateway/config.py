@@ -342,8 +342,8 @@ def _check(cfg: GatewayConfig) -> None:
     specs = upstream_specs(cfg)
     for spec in specs:
         try:
-            url = yarl.URL(spec.url)
-            ok = bool(url.host) and url.port is not None
+            parsed = yarl.URL(spec.url)
+            ok = bool(parsed.host) and parsed.port is not None
         except ValueError:
             ok = False
         if not ok:

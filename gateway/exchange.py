@@ -75,7 +75,7 @@ class Exchange:
     )
 
     def __init__(self, relay: Shared, request: ClientRequest, route: RouteRequest, lease: Lease,
-                 info: RequestInfo | None, parsed: Any, body: bytes, strip: bool, t0: int, t_body: int) -> None:
+                 info: RequestInfo | None, parsed: Any, body: bytes | bytearray, strip: bool, t0: int, t_body: int) -> None:
         self.relay = relay
         self.request = request
         self.client = request.conn  # where the response goes

@@ -19,10 +19,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from email.utils import formatdate
 from time import perf_counter_ns
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import httptools
-import msgspec
 
 from slogate.gateway.client_limits import BUSY, REJECT, ClientLimits
 from slogate.gateway.headers import RequestFields
@@ -74,8 +73,8 @@ _MALFORMED = _MalformedLog()
 class _Date:
     """The `Date` header of the gateway's own responses, formatted once per second."""
 
-    second = -1
-    value = ""
+    second: ClassVar[int] = -1
+    value: ClassVar[str] = ""
 
     @classmethod
     def now(cls) -> str:
@@ -93,14 +92,19 @@ def reply_bytes(status: int, body: bytes, *, content_type: str = "application/js
     return head + b"\r\n" if head_only else head + b"\r\n" + body
 
 
-class Reply(msgspec.Struct, frozen=True, gc=False):
-    """A whole response the gateway answers itself (an error, an admin endpoint)."""
+class Reply:
+    """A whole response the gateway answers itself (an error, an admin endpoint). A plain class, not a
+    msgspec.Struct: this module may be compiled (gateway/native.py), and mypyc keeps no generic annotations."""
 
-    status: int
-    body: bytes
-    content_type: str = "application/json"
-    headers: tuple[tuple[str, str], ...] = ()
-    close: bool = False  # close the connection after it (e.g. a request body left unread)
+    __slots__ = ("body", "close", "content_type", "headers", "status")
+
+    def __init__(self, status: int, body: bytes, content_type: str = "application/json",
+                 headers: tuple[tuple[str, str], ...] = (), close: bool = False) -> None:
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+        self.headers = headers
+        self.close = close  # close the connection after it (e.g. a request body left unread)
 
 
 class ClientRequest:
@@ -120,7 +124,7 @@ class ClientRequest:
         self.version = version  # "1.1" or "1.0"
         self.t0 = t0  # perf_counter_ns when the head was complete
         self.t_body = t0
-        self.body = b""
+        self.body: bytes | bytearray = b""  # a bytearray when preallocated (a large body: http_server.BIG_BODY)
         self.keep_alive = True
         self.too_large: int | None = None  # the body exceeded the limit: its announced length, or -1
         self.refused = False  # the body did not fit the in-flight body budget (answered 503, never read)
@@ -144,16 +148,30 @@ class ClientRequest:
         return self.conn.remote
 
 
+class Port:
+    """One listening port's settings, and its protocol factory: calling it makes the connection."""
+
+    def __init__(self, handler: Handler, *, max_body: int, limits: ClientLimits | None,
+                 budget: BodyBudget | None = None) -> None:
+        self.handler = handler
+        self.max_body = max_body
+        self.limits = limits  # the proxy port's client limits
+        self.budget = budget  # the proxy port's in-flight body budget (gateway.body_budget)
+        self.registry: set[ClientConn] = set()  # the port's open connections (shutdown drains them)
+
+    def __call__(self) -> ClientConn:
+        return ClientConn(self)
+
+
 class ClientConn(asyncio.Protocol):
     """One client connection: parse, dispatch one request at a time, write the response."""
 
-    limits: ClientLimits | None = None  # set on the proxy port's subclass
-    budget: BodyBudget | None = None  # the proxy port's in-flight body budget (gateway.body_budget)
-    handler: Handler
-    max_body: int
-    registry: set[ClientConn]  # the port's open connections (shutdown drains them)
-
-    def __init__(self) -> None:
+    def __init__(self, port: Port) -> None:
+        self.handler: Handler = port.handler
+        self.max_body = port.max_body
+        self.limits = port.limits
+        self.budget = port.budget
+        self.registry = port.registry
         self.transport: asyncio.Transport | None = None
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set in connection_made
         self.remote: str | None = None
@@ -558,21 +576,14 @@ def encode_fields(headers: Iterable[tuple[str, str]]) -> bytes:
     return b"".join([b"%s: %s\r\n" % (k.encode("latin-1"), v.encode("latin-1")) for k, v in headers])
 
 
-def protocol_factory(handler: Handler, *, max_body: int, limits: ClientLimits | None,
-                     budget: BodyBudget | None = None) -> type[ClientConn]:
-    """A ClientConn subclass bound to one port's handler, body limit, client limits and body budget."""
-    return type("BoundClientConn", (ClientConn,), {"handler": staticmethod(handler), "max_body": max_body,
-                                                   "limits": limits, "budget": budget, "registry": set()})
-
-
-async def start_server(factory: type[ClientConn], host: str, port: int, *, backlog: int = 4096,
+async def start_server(factory: Port, host: str, port: int, *, backlog: int = 4096,
                        reuse_port: bool = False) -> asyncio.Server:
     """Listen on host:port (`reuse_port`: beside the other `--workers` processes, SO_REUSEPORT)."""
     return await asyncio.get_running_loop().create_server(factory, host, port, backlog=backlog, reuse_address=True,
                                                           reuse_port=reuse_port or None)
 
 
-async def start_unix_server(factory: type[ClientConn], path: str) -> asyncio.Server:
+async def start_unix_server(factory: Port, path: str) -> asyncio.Server:
     """Listen on a Unix socket (a worker's private admin endpoint for the supervisor)."""
     return await asyncio.get_running_loop().create_unix_server(factory, path, backlog=128)
 

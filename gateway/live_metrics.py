@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from slogate import __version__
+from slogate import GATEWAY_BUILD, __version__
 from slogate.traces.histogram import HistogramFamily
 from slogate.traces.record import RequestRecord, error_class
 
@@ -246,8 +246,9 @@ def make_registry(collector: MetricsCollector) -> CollectorRegistry:
 
 class _BuildInfo(Collector):
     def collect(self) -> Iterable:
-        fam = GaugeMetricFamily("slogate_build_info", "slogate version of this process (value 1).", labels=["version"])
-        fam.add_metric([__version__], 1)
+        fam = GaugeMetricFamily("slogate_build_info", "slogate version of this process, and whether its data path "
+                                "runs mypyc-compiled or pure Python (value 1).", labels=["version", "build"])
+        fam.add_metric([__version__, GATEWAY_BUILD], 1)
         yield fam
 
 

@@ -274,13 +274,13 @@ async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None, role: 
     try:
         host, port = parse_hostport(cfg.listen, key="listen")
         admin_at = admin_address(cfg)  # None: on the proxy port (--admin-listen proxy)
-        proxy = http_server.protocol_factory(gateway.proxy_handler(with_admin=admin_at is None),
+        proxy = http_server.Port(gateway.proxy_handler(with_admin=admin_at is None),
                                              max_body=cfg.max_body_bytes, limits=limits, budget=gateway.body_budget)
         if role is not None:  # the supervisor serves admin_listen and asks each worker here
-            admin = http_server.protocol_factory(gateway.admin_handler, max_body=cfg.max_body_bytes, limits=None)
+            admin = http_server.Port(gateway.admin_handler, max_body=cfg.max_body_bytes, limits=None)
             servers.append((await http_server.start_unix_server(admin, role.admin_socket), admin.registry))
         elif admin_at is not None:
-            admin = http_server.protocol_factory(gateway.admin_handler, max_body=cfg.max_body_bytes, limits=None)
+            admin = http_server.Port(gateway.admin_handler, max_body=cfg.max_body_bytes, limits=None)
             servers.append((await http_server.start_server(admin, *admin_at, backlog=128), admin.registry))
         # the proxy last: once it answers /healthz the admin endpoints answer too; drained first at shutdown
         listener = await http_server.start_server(proxy, host, port, reuse_port=role is not None)

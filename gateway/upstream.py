@@ -171,7 +171,7 @@ class Upstream:
     def ready(self) -> bool:
         return self.pool is not None and not self.pool.closed
 
-    async def exchange(self, data: bytes, *, no_body: bool, body: bytes = b"") -> tuple[UpstreamConn, Head]:
+    async def exchange(self, data: bytes, *, no_body: bool, body: bytes | bytearray = b"") -> tuple[UpstreamConn, Head]:
         """Send one request and wait for the response head; a reused connection that the upstream had
         already closed (no byte came back) is replaced once by a fresh one. Raises UpstreamError."""
         pool = self.pool

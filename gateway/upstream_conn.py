@@ -57,7 +57,7 @@ class UpstreamConn(asyncio.Protocol):
         self._on_done: Callable[[UpstreamConn], None] | None = None
 
     # ------------------------------------------------------------------ relay side
-    def send(self, data: bytes, *, no_body: bool, body: bytes = b"") -> None:
+    def send(self, data: bytes, *, no_body: bool, body: bytes | bytearray = b"") -> None:
         """Write one request (`body`: a large body written after `data`, its head); `no_body` for HEAD
         (the response head then ends the exchange)."""
         self.head: Head | None = None

@@ -31,7 +31,7 @@ class ProtocolError(Exception):
     """The peer's bytes are not valid HTTP/1.1 framing (the exchange fails with error class "protocol")."""
 
 
-def request_bytes(method: str, target: str, host: str, headers: Iterable[tuple[str, str]] | bytes, body: bytes, *,
+def request_bytes(method: str, target: str, host: str, headers: Iterable[tuple[str, str]] | bytes, body: bytes | bytearray, *,
                   head_only: bool = False) -> bytes:
     """One request: `Host` first, the given headers (pairs, or field lines already encoded as
     `name: value\r\n` bytes, which a proxy passes on unchanged), then `Content-Length`;
@@ -39,9 +39,10 @@ def request_bytes(method: str, target: str, host: str, headers: Iterable[tuple[s
     if not isinstance(headers, bytes):
         headers = "".join([f"{k}: {v}\r\n" for k, v in headers]).encode("utf-8", "surrogateescape")
     length = b"Content-Length: %d\r\n" % len(body) if body or method not in _NO_BODY_METHODS else b""
-    return b"%s %s HTTP/1.1\r\nHost: %s\r\n%b%b\r\n%b" % (
+    head = b"%s %s HTTP/1.1\r\nHost: %s\r\n%b%b\r\n" % (
         method.encode("ascii"), target.encode("utf-8", "surrogateescape"), host.encode("utf-8", "surrogateescape"),
-        headers, length, b"" if head_only else body)
+        headers, length)
+    return head if head_only or not body else head + body
 
 
 class Head:

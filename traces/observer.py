@@ -14,7 +14,7 @@ import re
 import orjson
 
 from slogate.traces.metrics import itl_summary, tpot
-from slogate.traces.record import ErrorClass, RequestRecord
+from slogate.traces.record import ErrorClass, RequestRecord, TokensSource
 
 NS = 1e-9
 
@@ -384,6 +384,7 @@ class StreamObserver:
         ttft = (self._first_output_ns - self.t0_ns) * NS if (self.stream and self._first_output_ns is not None) else None
         e2e = (t_ns - self.t0_ns) * NS
         output_tokens: int | None
+        source: TokensSource
         if self._usage_completion is not None:
             output_tokens, source = self._usage_completion, "usage"
         elif self.stream:

@@ -99,7 +99,7 @@ def _continued(r: RequestRecord, capture: int, index: dict[tuple[int, int], list
             end = prev.t + (prev.e2e or 0.0)
             if where == capture or end > r.t + LATE_S or r.t - end > window_s:
                 continue
-            if n == len(ids) and (prev.hash_ids[-1] == ids[-1] or (r.input_tokens or 0) <= (prev.input_tokens or 0)):
+            if n == len(ids) and ((prev.hash_ids or ids)[-1] == ids[-1] or (r.input_tokens or 0) <= (prev.input_tokens or 0)):
                 continue  # as many blocks: only a longer, different last block continues it
             return prev
     return None

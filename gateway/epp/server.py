@@ -87,7 +87,7 @@ async def serve(cfg: GatewayConfig, *, endpoints_file: str | None = None, kube: 
         where = admin_address(cfg)  # the CLI refuses "proxy": --listen is gRPC
         if where is not None:
             ahost, aport = where
-            admin = http_server.protocol_factory(gateway.admin_handler, max_body=cfg.max_body_bytes, limits=None)
+            admin = http_server.Port(gateway.admin_handler, max_body=cfg.max_body_bytes, limits=None)
             admin_server = (await http_server.start_server(admin, ahost, aport, backlog=128), admin.registry)
         if watcher is not None:
             watcher.start()

@@ -67,7 +67,8 @@ class LeastRequests(Policy):
     name = "least-requests"
     reason = "fewest in-flight requests per weight"
 
-    def choose(self, group, ok, key, tokens, now):
+    def choose(self, group: Group, ok: list[UpstreamState], key: int | None, tokens: int,
+               now: float) -> UpstreamState:
         n = len(ok)
         start = group.tick % n
         group.tick += 1
@@ -93,7 +94,8 @@ class LeastTokens(Policy):
         if scrape_stale_s is not None:
             self.reason = "fewest in-flight tokens per weight (corrected by scraped engine load)"
 
-    def choose(self, group, ok, key, tokens, now):
+    def choose(self, group: Group, ok: list[UpstreamState], key: int | None, tokens: int,
+               now: float) -> UpstreamState:
         n = len(ok)
         start = group.tick % n
         group.tick += 1
@@ -103,7 +105,7 @@ class LeastTokens(Policy):
         best_score = math.inf
         for j in range(n):
             s = ok[(start + j) % n]
-            load = s.inflight_tokens
+            load: float = s.inflight_tokens
             if s.scraped_at >= horizon:
                 load = (load + s.scraped_waiting * tokens) * (1.0 + s.scraped_kv_usage)
             score = load / s.weight
@@ -119,7 +121,8 @@ class RoundRobin(Policy):
     name = "round-robin"
     reason = "next in weighted round-robin"
 
-    def choose(self, group, ok, key, tokens, now):
+    def choose(self, group: Group, ok: list[UpstreamState], key: int | None, tokens: int,
+               now: float) -> UpstreamState:
         credit = group.credit
         total = 0.0
         best = ok[0]
@@ -143,7 +146,8 @@ class PowerOfTwo(Policy):
     def __init__(self, seed: int | None = None) -> None:
         self.rng = random.Random(seed)
 
-    def choose(self, group, ok, key, tokens, now):
+    def choose(self, group: Group, ok: list[UpstreamState], key: int | None, tokens: int,
+               now: float) -> UpstreamState:
         if len(ok) == 1:
             return ok[0]
         a = self._pick(ok, None)
@@ -175,7 +179,8 @@ class PrefixAffinity(Policy):
         self.epsilon = epsilon
         self.fallback = LeastTokens()
 
-    def choose(self, group, ok, key, tokens, now):
+    def choose(self, group: Group, ok: list[UpstreamState], key: int | None, tokens: int,
+               now: float) -> UpstreamState:
         if key is None or len(ok) == 1:
             return self.fallback.choose(group, ok, key, tokens, now)
         total_load = 0

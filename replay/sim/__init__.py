@@ -6,6 +6,6 @@ each step) → engine (the loop on a real or virtual clock; the virtual-time Pyt
 protocol, server, prom, faults (the HTTP face) → cli. Never imports gateway.
 """
 
-from slogate.replay.sim import native
+from slogate import native
 
-BUILD = native.select()  # "mypyc" (make compile) or "python": which build of the hot modules runs
+BUILD = native.select(native.SIM)  # "mypyc" (make compile) or "python": which build of the hot modules runs

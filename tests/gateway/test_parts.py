@@ -169,10 +169,9 @@ async def test_watchdog_fires_on_idle_ttfb_total_and_not_while_active():
         await deadlines.stop()
 
 
-def test_deadlines_refile_and_unfile():
+async def test_deadlines_refile_and_unfile():
     d = Deadlines(tick_s=0.01)
-    wd = Watchdog.__new__(Watchdog)
-    wd.slot = None
+    wd = Watchdog(d, (None, None, None), time.perf_counter_ns())  # no limits: filed only by hand here
     d.file(wd, time.perf_counter_ns() + 50_000_000)
     assert sum(len(b) for b in d.slots.values()) == 1
     d.file(wd, time.perf_counter_ns() + 90_000_000)
@@ -186,8 +185,7 @@ async def test_deadlines_arm_one_timer_for_the_earliest_slot_not_every_tick():
     d = Deadlines(tick_s=0.01)
     d.start()
     loop = asyncio.get_running_loop()
-    far, near = Watchdog.__new__(Watchdog), Watchdog.__new__(Watchdog)
-    far.slot = near.slot = None
+    far, near = (Watchdog(d, (None, None, None), perf_counter_ns()) for _ in range(2))
     try:
         d.file(far, perf_counter_ns() + 5_000_000_000)
         assert d._tick is not None and d._tick.when() - loop.time() > 4.5

@@ -182,6 +182,23 @@ def test_trace_sample_keeps_or_drops_whole_sessions(tmp_path, monkeypatch, keyed
     assert firsts(other) != firsts(by)
 
 
+@pytest.mark.parametrize("keyed", [True, False], ids=["header", "prefix"])
+def test_trace_sample_without_a_seed_keeps_whole_sessions_and_loses_none(tmp_path, monkeypatch, keyed) -> None:
+    """--trace-sample 0.5 without --trace-seed (the default): a keyed session's digest once formatted the
+    missing seed and raised, losing those records. Now the seed is 0 (the salt keeps the choice unguessable):
+    whole sessions, about half, the same ones in a second capture with the same salt."""
+    monkeypatch.setenv("SLOGATE_TRACE_SALT", "s")
+    header = {"session_header": "X-Session-Id"} if keyed else {}
+    cap = _capture(tmp_path / "a", sample=0.5, **header)
+    by = _captured(cap, _conversations(60, 4, keyed=keyed))
+    assert 18 <= len(by) <= 42, len(by)
+    assert all([r.turn for r in turns] == [0, 1, 2, 3] for turns in by.values())
+    assert cap.sampled_out == 4 * (60 - len(by))  # every request is either written or sampled out
+    again = _captured(_capture(tmp_path / "b", sample=0.5, **header), _conversations(60, 4, keyed=keyed))
+    firsts = lambda b: sorted(round(t[0].t, 3) for t in b.values())  # noqa: E731
+    assert firsts(again) == firsts(by)
+
+
 def test_trace_sample_without_sessions_samples_requests(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SLOGATE_TRACE_SALT", "s")
     by = _captured(_capture(tmp_path, sample=0.5, seed=1, session_from="off"), _conversations(60, 4, keyed=False))

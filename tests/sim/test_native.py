@@ -1,4 +1,4 @@
-"""The simulator's compiled build (`make compile`, replay/sim/native.py): in use where it was built,
+"""The simulator's compiled build (`make compile`, slogate/native.py): in use where it was built,
 the very same results as pure Python, and never used once one of its sources changed since the build."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import slogate.replay.sim as sim
-from slogate.replay.sim import native
+from slogate import native
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,7 @@ def test_the_compiled_build_is_what_runs_here():
 
     for module in (engine, kvcache, scheduler, steptime):
         assert module.__file__ is not None and module.__file__.endswith(".so"), module.__file__
-    assert native._stale() is None
+    assert native.stale(native.SIM) is None
 
 
 def test_compiled_and_pure_python_give_the_very_same_runs(tmp_path):
@@ -87,6 +87,12 @@ def test_compiled_and_pure_python_give_the_very_same_runs(tmp_path):
     assert by_target["sim:h100-sxm/llama-3-8b"]["prefix_hits"] > 0
     assert all(r["records"] > 500 for r in a["runs"])
 
+
+GATEWAY_PROBE = r"""
+import slogate
+from slogate.gateway import relay
+print(slogate.GATEWAY_BUILD, "mypyc" if relay.__file__.endswith(".so") else "python")
+"""
 
 PROBE = r"""
 import slogate.replay.sim as sim
@@ -138,3 +144,12 @@ def test_a_source_changed_since_the_build_is_never_shadowed(tmp_path):
     assert unstamped.returncode == 0, unstamped.stderr[-2000:]
     assert unstamped.stdout.split()[0] == "python"
     assert "build stamp _native.json is missing" in unstamped.stderr
+
+    # the gateway's group, the same way: an edit of one of its modules (a traces module here) runs them all pure
+    gateway = _run(GATEWAY_PROBE, cwd=tmp_path, pythonpath=tmp_path)
+    assert gateway.returncode == 0 and gateway.stdout.split() == ["mypyc", "mypyc"], gateway.stdout + gateway.stderr
+    with (pkg / "traces" / "observer.py").open("a") as f:
+        f.write("\n# an edit after the build\n")
+    gateway = _run(GATEWAY_PROBE, cwd=tmp_path, pythonpath=tmp_path)
+    assert gateway.returncode == 0 and gateway.stdout.split() == ["python", "python"], gateway.stdout + gateway.stderr
+    assert "compiled gateway is stale (observer.py changed since it was compiled)" in gateway.stderr
