@@ -81,7 +81,8 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
     s = run.stats
     stats = {"preemptions": s.preemptions, "prefix_queries_tokens": s.prefix_queries_tokens,
              "prefix_hits_tokens": s.prefix_hits_tokens, "wall_s": s.wall_s, "kv_blocks": s.kv_blocks,
-             "stopped_at": -1.0 if s.stopped_at is None else s.stopped_at, "peak_running": s.peak_running}
+             "stopped_at": -1.0 if s.stopped_at is None else s.stopped_at, "peak_running": s.peak_running,
+             "steps": s.steps, "host_bound_steps": s.host_bound_steps}
     return items, stats
 
 

@@ -42,6 +42,7 @@ class Point(msgspec.Struct, kw_only=True):
     peak_in_flight: int = 0  # most requests between arrival and last token at once (queued or running)
     stopped_at: float | None = None  # virtual s into the run when the attainment target was lost (early stop)
     peak_running: int = 0  # most requests the engine ran at once (max_num_seqs bound only if it reached it)
+    host_bound_share: float = 0.0  # of the engine's steps, the share whose length the host floor set
 
     @property
     def attainment(self) -> float:
@@ -86,6 +87,8 @@ def runner(base: wl.Workload, target: str, slo: Slo, model: str, *, attainment: 
         stopped = stats.get("stopped_at", -1.0)
         point.stopped_at = None if stopped is None or stopped < 0 else stopped
         point.peak_running = int(stats.get("peak_running", 0))
+        steps = stats.get("steps", 0)
+        point.host_bound_share = stats.get("host_bound_steps", 0) / steps if steps else 0.0
         return point
 
     return run
@@ -254,6 +257,8 @@ def binding_limit(point: Point | None, *, max_num_seqs: int, max_num_batched_tok
     - `scheduler:max_num_seqs`: as many requests were in flight as the engine may run, and TTFT missed;
     - `scheduler:token_budget`: TTFT missed with a token budget below the trace's prompt p90;
     - `prefill_compute`: TTFT missed (prompts queue behind the compute);
+    - `host_overhead`: TPOT missed and most engine steps lasted as long as their host work (the
+      candidate's host floor, `?host_step_ms=…`), not their GPU work;
     - `decode_bandwidth`: TPOT missed (each decode step reads weights and KV from HBM);
     - None: nothing missed at this point."""
     if point is None:
@@ -268,4 +273,6 @@ def binding_limit(point: Point | None, *, max_num_seqs: int, max_num_batched_tok
         if max_num_batched_tokens < prompt_p90:
             return "scheduler:token_budget"
         return "prefill_compute"
+    if point.host_bound_share > 0.5:
+        return "host_overhead"
     return "decode_bandwidth"

@@ -44,6 +44,7 @@ from slogate.replay.sim.kvcache import KVCache
 from slogate.replay.sim.prefix import hash_ids_to_blocks
 from slogate.replay.sim.records import SimRequest, SimResult, SimRun, SimStats
 from slogate.replay.sim.scheduler import Scheduler, SimReq
+from slogate.replay.sim.steptime import Roofline
 
 __all__ = ["Engine", "SimConfig", "SimRequest", "SimResult", "SimRun", "SimStats", "closed_loop",
            "run_virtual", "simulate"]
@@ -307,6 +308,8 @@ def _finish(results: list[SimResult], reqs: list[SimReq], engines: list[Engine],
         stats.prefix_queries_tokens += e.kv.queries
         stats.prefix_hits_tokens += e.kv.hits
         stats.busy_s += e.busy_time
+        if isinstance(e.step_fn, Roofline):
+            stats.host_bound_steps += e.step_fn.host_bound
         stats.peak_running = max(stats.peak_running, e.sched.peak_running)
         stats.end_time = max(stats.end_time, e.clock.now())
     for res, req in zip(results, reqs, strict=True):

@@ -94,6 +94,7 @@ class SimStats(msgspec.Struct, kw_only=True):
     requests: int = 0
     errors: int = 0
     steps: int = 0
+    host_bound_steps: int = 0  # steps whose length the host floor set (--host-step-ms …), not the GPU
     preemptions: int = 0
     prefix_queries_tokens: int = 0
     prefix_hits_tokens: int = 0

@@ -100,6 +100,7 @@ class Roofline:
                              f"{host_seq_s * 1e6} µs/seq + {host_kv_s * 1e9} ns/KV token")
         self.host_step_s, self.host_seq_s, self.host_kv_s = host_step_s, host_seq_s, host_kv_s
         self.host_floor = host_step_s > 0 or host_seq_s > 0 or host_kv_s > 0
+        self.host_bound = 0  # steps the host floor set (`slogate plan` names the binding limit by it)
         self.jitter = jitter
         self._rng = random.Random(seed)
         self._spare: float | None = None  # the second normal of the last Box–Muller pair
@@ -129,7 +130,10 @@ class Roofline:
         if self.comm_fixed:
             t += self.comm_fixed + self.comm_coef * new_tokens
         if self.host_floor:  # the GPU waits for the host: a step is never shorter than its host work
-            t = max(t, self.host_step_s + self.host_seq_s * seqs + self.host_kv_s * kv_tokens)
+            host = self.host_step_s + self.host_seq_s * seqs + self.host_kv_s * kv_tokens
+            if host > t:
+                t = host
+                self.host_bound += 1
         if self.jitter:
             t *= 1.0 + self.jitter * max(-3.0, min(3.0, self._gauss()))
         return t
@@ -146,12 +150,14 @@ class Roofline:
         jitter, rnd, spare = self.jitter, self._rng.random, self._spare
         log, sqrt, sin, cos = math.log, math.sqrt, math.sin, math.cos
         times: list[float] = []
+        bound = 0
         for _ in range(steps):
             dt = fixed + seq_t + (weights + kv_tokens * kv_coef) + lin + attn_work * attn_coef
             if comm_fixed:
                 dt += comm
             if floor and dt < host + host_kv * kv_tokens:
                 dt = host + host_kv * kv_tokens
+                bound += 1
             if jitter:  # self._gauss() and max(-3.0, min(3.0, g)), inlined (one step per token)
                 if spare is None:
                     x2pi = rnd() * TWO_PI
@@ -167,6 +173,7 @@ class Roofline:
             kv_tokens += seqs
             attn_work += seqs
         self._spare = spare
+        self.host_bound += bound
         self.last_dt = dt  # the last step's duration as __call__ would return it (busy-time accounting)
         return times
 

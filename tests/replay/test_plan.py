@@ -246,7 +246,8 @@ def test_interconnect_errors_name_the_fix() -> None:
 def test_a_host_floor_in_the_candidate_lowers_a_host_bound_tp_capacity(tmp_path: Path, capsys) -> None:
     """`?host_step_ms=…&host_seq_us=…&host_kv_ns=…` reach the simulated engine: Llama-3-8B on four H100s
     has a ~3 ms GPU step, so with LLM-Inference-Bench's H100 host floor (6 ms + 60 µs/seq + 30 ns/KV token,
-    tests/sim/groundtruth.py) a 7 ms TPOT SLO holds at far less load than without it."""
+    tests/sim/groundtruth.py) a 7 ms TPOT SLO holds at far less load than without it, and the binding
+    limit says it is the host's work (`host_overhead`), not the GPU's."""
     out = tmp_path / "p"
     floor = "host_step_ms=6&host_seq_us=60&host_kv_ns=30"
     assert slogate(["plan", str(SAMPLE), "--slo", "ttft=2,tpot=0.007", "--window", "0:60", "--candidates",
@@ -254,7 +255,10 @@ def test_a_host_floor_in_the_candidate_lowers_a_host_bound_tp_capacity(tmp_path:
     rows = {c.candidate: c for c in load(out).candidates}
     bare, floored = rows["h100-sxm/llama-3-8b?tp=4"], rows[f"h100-sxm/llama-3-8b?tp=4&{floor}"]
     assert bare.capacity_rps and bare.capacity_rps > 2 * (floored.capacity_rps or 0.0), (bare, floored)
-    capsys.readouterr()
+    # what binds is named by what set the steps' length: the host floor there, the GPU's reads here
+    assert floored.binding_limit == "host_overhead", floored
+    assert bare.binding_limit != "host_overhead", bare
+    assert "host_overhead" in capsys.readouterr().out
     assert slogate(["plan", str(SAMPLE), "--slo", "ttft=2", "--window", "0:10", "--candidates",
                     "h100-sxm/llama-3-8b?host_step_ms=-1", "--out", str(tmp_path / "q")]) == 2
     assert "host time per step must be ≥ 0, got -1.0 ms" in capsys.readouterr().err

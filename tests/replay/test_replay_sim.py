@@ -20,10 +20,12 @@ from tests.simserver import start_sim
 
 
 @pytest.mark.slow
-def test_azure_conv_10min_at_speed_10_is_faithful() -> None:
-    """Every request gets exactly the trace's prompt and output tokens (sim tokenizer), on time."""
+def test_azure_conv_5min_at_speed_10_is_faithful() -> None:
+    """Every request gets exactly the trace's prompt and output tokens (sim tokenizer), on time: the
+    first 5 minutes (~1,600 requests; 10 minutes took 67 s of the suite for the same checks)."""
     w = trace_workload(load_trace(AZURE))
-    w.requests = wl.speed(wl.window(w.requests, 0, 600), 10)
+    w.requests = wl.speed(wl.window(w.requests, 0, 300), 10)
+    assert len(w.requests) > 1000
     with start_sim(timing="constant", ttft_ms=20, itl_ms=5) as sim:
         start_at = time.time() + 3.0
         with reference_pacer([r.t for r in w.requests], start_at) as ref:

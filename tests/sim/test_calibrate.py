@@ -43,6 +43,7 @@ class LlamaFit(NamedTuple):
 # llama.cpp's own TTFT on this 2-core VM moves by up to ±15 % between runs even pinned: a TTFT error
 # between 10 % and this bound is reported as an expected failure (issue 16), beyond it the fit is broken.
 TTFT_NOISE_BOUND = 0.25
+ROUNDS = 3  # of the design and the workload, interleaved; each point keeps its median over them
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +54,9 @@ def llama_fit() -> LlamaFit:
     llama.cpp's speed follows the shared machine's load (it changed up to 3x between a calibration
     and a workload run after it), so the workload is interleaved with the calibration request by
     request: in every round each design request is followed by two workload requests (the 8 sizes
-    per round of 4 design sizes), and every point keeps its median over the rounds. A burst of load
-    then hits both sides alike.
+    per round of 4 design sizes), and every point keeps its median over the ROUNDS rounds. A burst of
+    load then hits both sides alike. (Three rounds, ~2 min, gave TTFT −3.3 / −2.1 % and TPOT +1.5 /
+    +0.8 % in two runs, 2026-12-05; five took ~3.4 min.)
     """
     from slogate.replay.sim.calibrate import Prober, fit, server_forcing
     from slogate.replay.sim.engine import SimConfig, SimRequest, simulate
@@ -73,7 +75,7 @@ def llama_fit() -> LlamaFit:
 
         async def run() -> tuple:
             try:
-                return await measure(server.url, prompt_words=(16, 128, 512), long_words=1024, repeats=5,
+                return await measure(server.url, prompt_words=(16, 128, 512), long_words=1024, repeats=ROUNDS,
                                      decode_tokens=24, between=workload_pair)
             finally:
                 p.pool.close()
@@ -81,7 +83,7 @@ def llama_fit() -> LlamaFit:
         samples, batches = asyncio.run(run())
     assert not batches  # llama.cpp's server runs one request at a time
     rounds = [sent[i:i + len(sizes)] for i in range(0, len(sent), len(sizes))]
-    assert len(rounds) == 5 and all(len(rs) == len(sizes) for rs in rounds)
+    assert len(rounds) == ROUNDS and all(len(rs) == len(sizes) for rs in rounds)
     assert all(r.output_tokens == 24 for r in sent)  # forced (logit_bias)
     coef, overhead = fit(samples, batches=False)
     reqs = [SimRequest(arrival=100.0 * i, prompt_tokens=r.input_tokens or n, output_tokens=24)  # tokens, as fitted
