@@ -32,7 +32,8 @@ from gateway_overhead_load import LoadResult, LoadSpec, run  # noqa: E402
 from tests.servers import Server, free_port, running  # noqa: E402
 from tests.simserver import start_sim  # noqa: E402
 
-PROXIES = ("direct", "slogate", "slogate-w2", "slogate-baseline", "envoy", "nginx")  # slogate-w2: --workers 2
+# slogate-w2: --workers 2; python-pipe: a byte pipe in Python on uvloop (python_pipe.py), the floor of any Python relay
+PROXIES = ("direct", "slogate", "slogate-w2", "slogate-baseline", "python-pipe", "envoy", "nginx")
 BASELINE: list[str] = []  # --baseline: the command prefix of another slogate build (before/after in one run)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -121,6 +122,10 @@ def start_proxy(name: str, upstream: Server, tmp: Path) -> Iterator[Server]:
         with running(cmd, port, ready_path="/healthz", env={"SLOGATE_TRACE_SALT": "bench"}) as server:
             if name == "slogate-w2":
                 _wait_workers(f"http://127.0.0.1:{admin}", 2)
+            yield server
+    elif name == "python-pipe":
+        cmd = [sys.executable, str(HERE / "python_pipe.py"), "--listen", f"127.0.0.1:{port}", "--upstream", upstream.url]
+        with running(cmd, port, ready_path="/healthz") as server:
             yield server
     elif name == "envoy":
         conf = tmp / "envoy.yaml"
