@@ -43,7 +43,9 @@ def package_dir(package: str) -> Path:
     Looks up only the first-level package (its parent, `slogate`, is already imported)."""
     parts = package.split(".")
     spec = importlib.util.find_spec(".".join(parts[:2]))
-    assert spec is not None and spec.submodule_search_locations, package
+    if spec is None or not spec.submodule_search_locations:  # a checkout's slogate/ without the install
+        raise ImportError(f"slogate: {package} is not installed in {sys.executable}: run `make install` "
+                          f"(or `pip install -e .`) and use that Python")
     return Path(next(iter(spec.submodule_search_locations))).joinpath(*parts[2:])
 
 

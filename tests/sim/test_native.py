@@ -36,7 +36,9 @@ out = {"build": sim.BUILD, "files": [m.__file__ for m in (engine, kvcache, sched
 for trace, target, speed in [("mooncake_conversation_10min.jsonl", "sim:h100-sxm/llama-3-8b", 1.0),
                              ("azure_conv_10min.csv", "sim:a100-80g/opt-13b?scheduler=v0", 0.5),
                              ("azure_conv_10min.csv", "sim:a100-80g/llama-3-8b?max_num_seqs=64&kv_blocks=600", 1.5),
-                             ("azure_conv_10min.csv", "sim:l4/llama-3-8b?dtype=int4", 0.05)]:
+                             ("azure_conv_10min.csv", "sim:l4/llama-3-8b?dtype=int4", 0.05),
+                             ("azure_conv_10min.csv",  # host floor: the host-bound step counter
+                              "sim:h100-sxm/llama-3-8b?tp=4&host_step_ms=6&host_seq_us=60&host_kv_ns=30", 0.5)]:
     base = workload(trace)
     w = msgspec.structs.replace(base, requests=wl.speed(base.requests, speed))
     res = replay_virtual(w, ReplayOptions(target=target, virtual=True, endpoint="completions"))
@@ -46,7 +48,8 @@ for trace, target, speed in [("mooncake_conversation_10min.jsonl", "sim:h100-sxm
         h.update(struct.pack(f"<{len(r.chunk_times or ())}d", *(r.chunk_times or ())))
     stats = res.sim_stats or {}
     out["runs"].append({"target": target, "digest": h.hexdigest(), "records": len(res.records),
-                        "preemptions": stats.get("preemptions"), "prefix_hits": stats.get("prefix_hits_tokens")})
+                        "preemptions": stats.get("preemptions"), "prefix_hits": stats.get("prefix_hits_tokens"),
+                        "host_bound_steps": stats.get("host_bound_steps")})
 print(json.dumps(out))
 """
 
@@ -85,6 +88,7 @@ def test_compiled_and_pure_python_give_the_very_same_runs(tmp_path):
     by_target = {r["target"]: r for r in a["runs"]}
     assert by_target["sim:a100-80g/llama-3-8b?max_num_seqs=64&kv_blocks=600"]["preemptions"] > 0  # the path ran
     assert by_target["sim:h100-sxm/llama-3-8b"]["prefix_hits"] > 0
+    assert all((r["host_bound_steps"] > 0) == ("host_step_ms" in r["target"]) for r in a["runs"])
     assert all(r["records"] > 500 for r in a["runs"])
 
 
@@ -153,3 +157,16 @@ def test_a_source_changed_since_the_build_is_never_shadowed(tmp_path):
     gateway = _run(GATEWAY_PROBE, cwd=tmp_path, pythonpath=tmp_path)
     assert gateway.returncode == 0 and gateway.stdout.split() == ["python", "python"], gateway.stdout + gateway.stderr
     assert "compiled gateway is stale (observer.py changed since it was compiled)" in gateway.stderr
+
+
+def test_a_checkout_without_the_install_says_how_to_install(tmp_path):
+    """`import slogate` from a bare checkout (no `make install`: the gateway's and replay's packages are
+    mapped by the install) names the fix instead of failing an assertion."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SLOGATE_PURE", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(REPO)
+    done = subprocess.run([sys.executable, "-S", "-c", "import slogate"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=60, check=False)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"ImportError: slogate: slogate.gateway is not installed in {sys.executable}: run `make install` "
+        "(or `pip install -e .`) and use that Python"), done.stderr
