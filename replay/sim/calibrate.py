@@ -145,8 +145,9 @@ def fit(samples: list[Sample], *, batches: bool = True) -> tuple[LinearCoefficie
     not), each kind of row divided by its mean: prefill TTFTs and decode TPOTs are measured on
     scales apart (10 s against 30 ms on a slow CPU), and unweighted the prefill rows swamp the
     decode ones (llama.cpp's TPOT came out 14 % low); within a kind the rows keep equal weight;
-    E (quadratic attention) only when the prompts' TTFT is visibly curved, since fitting it to a
-    straight line only adds noise to B.
+    E (quadratic attention) only when the prompts' TTFT is visibly curved upward, since fitting it to
+    a straight line only adds noise to B (a negative E, TTFT curved downward, is load noise on a
+    shared machine: the straight line is kept).
 
     A prefill row's attention work is n²/2 (one chunk from an empty context), a decode row's its
     context. A server that runs one request at a time never shows seqs apart from new tokens, so C
@@ -157,7 +158,9 @@ def fit(samples: list[Sample], *, batches: bool = True) -> tuple[LinearCoefficie
     miss = max((abs(coef.a_ms + coef.c_ms + overhead + (coef.b_ms + coef.d_ms) * s.new_tokens - s.step_ms)
                 / s.step_ms for s in prefill), default=0.0)
     if miss > CURVED and len(prefill) >= 3:
-        return _fit(samples, batches=batches, attention=True)
+        curved, curved_overhead = _fit(samples, batches=batches, attention=True)
+        if curved.e_ms >= 0:  # attention never makes a longer prompt cheaper per token: negative E is noise
+            return curved, curved_overhead
     return coef, overhead
 
 

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import pytest
 
-from slogate.replay.sim.calibrate import calibrate, measure, to_toml
+from slogate.replay.sim.calibrate import Sample, calibrate, fit, measure, to_toml
 from slogate.replay.sim.options import configure
 from tests.simserver import start_sim
 
@@ -28,6 +28,23 @@ def test_calibrate_recovers_hidden_linear_constants(tmp_path):
     f.write_text(to_toml(cal, sim.url))
     config, _, _ = configure(["--config", str(f)])
     assert config.timing == "linear" and config.linear == cal.linear
+
+
+def _serial_design(ttft_ms) -> list[Sample]:
+    """One-request-at-a-time design rows (as measure() gives for llama.cpp): prefills whose TTFT is
+    `ttft_ms(n)`, and decodes of 30 ms + 2 µs per KV token."""
+    rows = [Sample("prefill", n, 1, n, ttft_ms(n)) for n in (20, 165, 660)]
+    return rows + [Sample("decode", 1, 1, kv, 30.0 + 0.002 * kv) for kv in (32, 177, 672, 1340)]
+
+
+def test_fit_takes_attention_only_from_upward_curvature():
+    """E (quadratic attention) is fitted when the prompts' TTFT curves upward; a downward curve (a
+    burst of load on the shorter prompts of a shared machine) is noise, and the straight line stays:
+    attention never makes a longer prompt cheaper per token."""
+    up, _ = fit(_serial_design(lambda n: 40.0 + 7.0 * n + 0.004 * n * n / 2), batches=False)
+    assert up.e_ms == pytest.approx(0.004, rel=0.05) and up.b_ms == pytest.approx(7.0, rel=0.05)
+    down, _ = fit(_serial_design(lambda n: 40.0 + 9.0 * n - 0.004 * n * n / 2), batches=False)
+    assert down.e_ms == 0.0 and 7.0 < down.b_ms < 9.0
 
 
 class LlamaFit(NamedTuple):
@@ -97,7 +114,7 @@ def llama_fit() -> LlamaFit:
         tpot_real=statistics.median(statistics.median(r.tpot for r in rs) for rs in per_size),
         tpot_sim=statistics.median(s.tpot for s in sim),
         detail=(coef, overhead, samples))
-    print("llama.cpp", got._replace(detail=(coef, overhead)))
+    print("llama.cpp", got._replace(detail=(coef, overhead)), "samples", samples)
     return got
 
 
