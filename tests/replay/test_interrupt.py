@@ -97,8 +97,9 @@ def check_outputs(out: Path, *, planned: int) -> tuple:
     for r in records:
         if r.error is None:  # completed: real timings, the whole forced output
             assert r.status == 200 and r.output_tokens == OUTPUT_TOKENS and 0 < r.ttft < r.e2e
-        else:  # cancelled: what arrived until the cancel
-            assert (r.output_tokens or 0) < OUTPUT_TOKENS
+        else:  # cancelled: what arrived until the cancel (all of it when the cancel fell between the
+            # last token and the stream's end, as it did once in CI on a busy box, 2026-12-05)
+            assert (r.output_tokens or 0) <= OUTPUT_TOKENS
     return s, records
 
 
