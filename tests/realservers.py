@@ -50,14 +50,11 @@ def gemma_model_path(cache_dir: Path = MODEL_CACHE) -> Path:
 
 
 @contextlib.contextmanager
-def start_llama(*, port: int | None = None, n_ctx: int = 2048, timeout: float = 120.0,
-                prefill_threads: int = 1) -> Iterator[Server]:
+def start_llama(*, port: int | None = None, n_ctx: int = 2048, timeout: float = 120.0) -> Iterator[Server]:
     """Run `python -m llama_cpp.server` serving Gemma 3 270M on 127.0.0.1 (offline) until the block exits.
 
     The server handles one request at a time; `--interrupt_requests False` keeps a second request
     from cutting the running stream. Ready when `/v1/models` answers (it has no /health).
-    `prefill_threads` 2 takes both cores for prompts only, where the client just waits for the first
-    token: a test that times nothing else during a prefill (calibration) runs its prompts ~2× faster.
     """
     try:
         import llama_cpp.server  # noqa: F401
@@ -72,7 +69,7 @@ def start_llama(*, port: int | None = None, n_ctx: int = 2048, timeout: float = 
         "--interrupt_requests", "False",
         "--n_ctx", str(n_ctx),
         "--n_threads", "1",  # one core for llama.cpp, one left for the test's client and gateway,
-        "--n_threads_batch", str(prefill_threads),  # so their timestamps are not taken while they wait for a CPU
+        "--n_threads_batch", "1",  # so their timestamps are not taken while they wait for a CPU
         "--host", "127.0.0.1",
         "--port", str(port),
     ]  # fmt: skip
