@@ -31,6 +31,9 @@ EXAMPLES = """examples:
   slogate plan prod.jsonl.zst --slo ttft=0.5,tpot=50ms --candidates h100-sxm/llama-3-70b?tp=4 \\
       --grid max_num_seqs=64,128,256 --grid max_num_batched_tokens=2048,8192 --at-rate 40 --json
 
+  # the engine you calibrated (slogate sim calibrate --target URL --out gpu.toml) beside a catalog one
+  slogate plan prod.jsonl.zst --slo ttft=1,tpot=0.1 --candidates 'l4/llama-3-8b?config=gpu.toml,l4/llama-3-8b'
+
 Capacity is the largest speed-up of the trace whose SLO attainment stays ≥ --attainment (bisection in
 virtual time); the operating point backs off by --headroom; cost is USD per million *good* output tokens."""
 

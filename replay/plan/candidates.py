@@ -1,14 +1,17 @@
 """Plan candidates: `GPU/MODEL[?dtype=…&tp=…&replicas=…&max_num_seqs=…]`, `--grid KEY=V1,V2` and `--price`.
 
 Pure parsing: a candidate is a catalog GPU and model plus simulator options (the same names as
-`slogate sim`'s flags). Never simulates and never reads files.
+`slogate sim`'s flags), or a `slogate sim --config` TOML (`config=FILE`, e.g. from `slogate sim calibrate`).
+Never simulates; the only file it reads is such a config (its `[sim]` settings).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import urllib.parse
 from collections.abc import Sequence
+from pathlib import Path
 
 import msgspec
 
@@ -19,7 +22,8 @@ from slogate.traces.usage import UsageError
 # options a candidate may set (SimConfig fields); anything else is a typo
 OPTIONS = ("dtype", "kv_dtype", "tp", "replicas", "max_num_seqs", "max_num_batched_tokens",
            "gpu_memory_utilization", "max_model_len", "scheduler", "prefix_caching", "timing", "ttft_ms", "itl_ms",
-           "jitter", "seed", "interconnect", "host_step_ms", "host_seq_us", "host_kv_ns")
+           "jitter", "seed", "interconnect", "host_step_ms", "host_seq_us", "host_kv_ns",
+           "config")  # config=FILE: a `slogate sim --config` TOML, e.g. what `slogate sim calibrate` wrote
 INT_OPTIONS = ("tp", "replicas", "max_num_seqs", "max_num_batched_tokens", "max_model_len")
 
 
@@ -56,7 +60,22 @@ class Candidate(msgspec.Struct, frozen=True):
         return opts
 
     def int_option(self, key: str, default: int) -> int:
-        return int(self.options.get(key, default))
+        """The candidate's own value, else its config file's `[sim]` value (`?config=FILE`), else `default`."""
+        opts = self.options
+        if key in opts:
+            return int(opts[key])
+        if "config" in opts:
+            value = _file_settings(opts["config"]).get(key)
+            if isinstance(value, int):
+                return value
+        return default
+
+
+@functools.lru_cache(maxsize=32)
+def _file_settings(path: str) -> dict:
+    """The `[sim]` table of a `slogate sim --config` TOML (checked when the candidate was parsed)."""
+    table = msgspec.toml.decode(Path(path).read_bytes()).get("sim", {})
+    return table if isinstance(table, dict) else {}
 
 
 def parse_candidate(text: str) -> Candidate:
@@ -85,6 +104,13 @@ def _option(text: str, key: str, value: str) -> tuple[str, str]:
         catalog.precision(value)
     if key == "interconnect" and value.strip().lower() not in INTERCONNECTS:
         raise UsageError(f"bad candidate {text!r}: interconnect={value!r}; use one of {', '.join(INTERCONNECTS)}")
+    if key == "config":
+        from slogate.replay.sim.options import configure
+
+        try:
+            configure(["--config", value.strip()])  # read now: a missing or bad file fails before planning
+        except UsageError as exc:
+            raise UsageError(f"bad candidate {text!r}: {exc}") from None
     if key in INT_OPTIONS and (not value.isdigit() or int(value) < 1):
         raise UsageError(f"bad candidate {text!r}: {key}={value!r} must be a positive whole number")
     return key, value.strip()

@@ -1,8 +1,8 @@
 """`slogate sim calibrate`: fit the linear step model to any OpenAI-compatible server, write a TOML.
 
 Sends a small designed workload (prompt sizes one at a time, decode batches via concurrency, a long
-context), turns each design point's median TTFT or TPOT into a step sample and solves least squares
-for step ms = A + B·new_tokens + C·seqs + D·kv_tokens + E·attn_work (+ the client's TTFT overhead). Prompts are
+context), turns each request's TTFT or TPOT into a step sample and fits the median line (least
+absolute deviations) for step ms = A + B·new_tokens + C·seqs + D·kv_tokens + E·attn_work (+ the client's TTFT overhead). Prompts are
 synthetic filler words; it never sends, logs or stores real prompt text.
 """
 
@@ -25,6 +25,8 @@ from slogate.replay.sim.steptime import LinearCoefficients, solve
 from slogate.traces.record import RequestRecord
 from slogate.traces.usage import UsageError
 
+# The prefill design: five sizes, so B rests on more than two medians (a noisy size moves it less).
+DESIGN_PROMPTS = (16, 128, 256, 512, 1024)
 FILLER = "the of and to in is it you that he was for on are with as his they at be"
 
 
@@ -91,16 +93,17 @@ def _tokens(rec: RequestRecord, words: int) -> int:
     return rec.input_tokens or words
 
 
-async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int, ...] = (16, 256, 1024),
+async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int, ...] = DESIGN_PROMPTS,
                   batches: tuple[int, ...] = (1, 4, 8), long_words: int = 2048, decode_tokens: int = 48,
                   repeats: int = 3, timeout_s: float = 120.0, forcing: Forcing | None = None,
                   between: Callable[[], Awaitable[object]] | None = None) -> tuple[list[Sample], bool]:
-    """Run the design; returns the samples and whether the server batches concurrent requests.
+    """Run the design; returns the samples (one per request and kind) and whether the server batches
+    concurrent requests.
 
     Every prompt size is sent as the workload would send it (`decode_tokens` forced outputs), so each
     request yields a prefill sample (its TTFT) and a decode sample (its TPOT at context n + out/2);
-    the sizes are sent round-robin, `repeats` rounds, and each point keeps its median, so a burst of
-    load on a shared machine hits one round of every size, not every repeat of one size.
+    the sizes are sent round-robin, `repeats` rounds, so a burst of load on a shared machine hits one
+    round of every size, not every repeat of one size.
     `between` runs after each design request: a workload interleaved with the design request by
     request sees the same machine load as the design.
     """
@@ -114,50 +117,60 @@ async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int
                 rounds[words].append(await p.one(words, decode_tokens))
                 if between is not None:
                     await between()
-        samples: list[Sample] = []
+        samples: list[Sample] = []  # one per request: the fit takes the median line through them all
         for words, recs in rounds.items():
             n = _tokens(recs[0], words)
-            if words != long_words:  # the long context is a decode point: its prefill would weigh on B alone
-                samples.append(Sample("prefill", n, 1, n, 1e3 * statistics.median(r.ttft or 0.0 for r in recs)))
-            tpots = [r.tpot for r in recs if r.tpot is not None]
-            if tpots:
-                samples.append(Sample("decode", 1, 1, n + decode_tokens // 2, 1e3 * statistics.median(tpots)))
+            for r in recs:
+                if words != long_words and r.ttft is not None:  # the long context is a decode point only:
+                    samples.append(Sample("prefill", n, 1, n, 1e3 * r.ttft))  # its prefill would weigh on B alone
+                if r.tpot is not None:
+                    samples.append(Sample("decode", 1, 1, n + decode_tokens // 2, 1e3 * r.tpot))
         pair = await p.batch(2, 16, decode_tokens)
         first, second = sorted(pair, key=lambda r: r.ttft or 0.0)
         serial = (second.ttft or 0.0) > 0.8 * (first.e2e or 0.0)
         for b in () if serial else batches:
-            tpots = []
             for _ in range(repeats):
                 recs = await p.batch(b, 16, decode_tokens)
-                tpots += [r.tpot for r in recs if r.tpot is not None]
                 ctx = _tokens(recs[0], 16) + decode_tokens // 2
-            samples.append(Sample("decode", b, b, b * ctx, 1e3 * statistics.median(tpots)))
+                samples += [Sample("decode", b, b, b * ctx, 1e3 * r.tpot) for r in recs if r.tpot is not None]
         return samples, not serial
     finally:
         p.pool.close()
 
 
-CURVED = 0.05  # a linear prefill fit missing a design point by more than this: fit E (attention) too
+CURVED = 0.05  # a linear prefill fit missing a design size's median by more than this: fit E (attention) too
+LAD_ROUNDS = 50  # iterations of the median (least absolute deviations) fit
+LAD_FLOOR = 1e-3  # smallest residual weighed (rows are scaled to mean 1: 0.1 % of a kind's mean)
 
 
 def fit(samples: list[Sample], *, batches: bool = True) -> tuple[LinearCoefficients, float]:
-    """Least squares for A, B, C, D and the TTFT overhead (prefill rows carry it, decode rows do
-    not), each kind of row divided by its mean: prefill TTFTs and decode TPOTs are measured on
-    scales apart (10 s against 30 ms on a slow CPU), and unweighted the prefill rows swamp the
-    decode ones (llama.cpp's TPOT came out 14 % low); within a kind the rows keep equal weight;
-    E (quadratic attention) only when the prompts' TTFT is visibly curved upward, since fitting it to
-    a straight line only adds noise to B (a negative E, TTFT curved downward, is load noise on a
-    shared machine: the straight line is kept).
+    """The median line through every request's sample (least absolute deviations) for A, B, C, D and
+    the TTFT overhead (prefill rows carry it, decode rows do not).
+
+    Median, not mean, and through all requests, not through each size's median: on a shared machine
+    a third of the requests may run 30 % slow; a mean follows them, and the median of one size's five
+    requests is one of them whenever three of the five were slow (llama.cpp's 256-word point once: it
+    bent the curve downward, the straight line was kept with B 30 % high). The median line follows the
+    typical request of every size at once.
+
+    Each kind of row is divided by its mean: prefill TTFTs and decode TPOTs are measured on scales
+    apart (10 s against 30 ms on a slow CPU), and unscaled the prefill rows swamp the decode ones
+    (llama.cpp's TPOT came out 14 % low). E (quadratic attention) only when the prompts' TTFT is
+    visibly curved upward, since fitting it to a straight line only adds noise to B (a negative E,
+    TTFT curved downward, is load noise on a shared machine: the straight line is kept).
 
     A prefill row's attention work is n²/2 (one chunk from an empty context), a decode row's its
     context. A server that runs one request at a time never shows seqs apart from new tokens, so C
     is held at 0.
     """
     coef, overhead = _fit(samples, batches=batches, attention=False)
-    prefill = [s for s in samples if s.kind == "prefill"]
-    miss = max((abs(coef.a_ms + coef.c_ms + overhead + (coef.b_ms + coef.d_ms) * s.new_tokens - s.step_ms)
-                / s.step_ms for s in prefill), default=0.0)
-    if miss > CURVED and len(prefill) >= 3:
+    sizes: dict[int, list[float]] = {}
+    for s in samples:
+        if s.kind == "prefill":
+            sizes.setdefault(s.new_tokens, []).append(s.step_ms)
+    miss = max((abs(coef.a_ms + coef.c_ms + overhead + (coef.b_ms + coef.d_ms) * n - statistics.median(ms))
+                / statistics.median(ms) for n, ms in sizes.items()), default=0.0)
+    if miss > CURVED and len(sizes) >= 3:
         curved, curved_overhead = _fit(samples, batches=batches, attention=True)
         if curved.e_ms >= 0:  # attention never makes a longer prompt cheaper per token: negative E is noise
             return curved, curved_overhead
@@ -183,9 +196,16 @@ def _fit(samples: list[Sample], *, batches: bool, attention: bool) -> tuple[Line
     cols = len(names)
     if len(rows) < cols:
         raise UsageError(f"calibrate: {len(rows)} design points cannot fit {cols} constants")
-    ata = [[sum(r[i] * r[j] for r in rows) for j in range(cols)] for i in range(cols)]
-    aty = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(cols)]
-    x = dict(zip(names, solve(ata, aty), strict=True))
+    # least absolute deviations by iteratively reweighted least squares: each row weighs 1/|residual|
+    weights = [1.0] * len(rows)
+    for _ in range(LAD_ROUNDS):
+        ata = [[sum(w * r[i] * r[j] for r, w in zip(rows, weights, strict=True)) for j in range(cols)]
+               for i in range(cols)]
+        aty = [sum(w * r[i] * y for r, y, w in zip(rows, ys, weights, strict=True)) for i in range(cols)]
+        coefs = solve(ata, aty)
+        weights = [1.0 / max(abs(y - sum(c * v for c, v in zip(coefs, r, strict=True))), LAD_FLOOR)
+                   for r, y in zip(rows, ys, strict=True)]
+    x = dict(zip(names, coefs, strict=True))
     return LinearCoefficients(a_ms=x["a"], b_ms=x["b"], c_ms=x.get("c", 0.0), d_ms=x["d"],
                               e_ms=x.get("e", 0.0)), x["overhead"]
 
@@ -202,7 +222,7 @@ def to_toml(cal: Calibration, url: str) -> str:
     lines = [f"# slogate sim calibrate --target {url}: step ms = A + B·new_tokens + C·seqs + D·kv_tokens"
              " + E·attn_work",
              f"# client-side TTFT overhead {cal.ttft_overhead_ms:.3f} ms (not part of the engine step)",
-             "# design points (kind, new_tokens, seqs, kv_tokens, measured ms):"]
+             "# design samples, one per request (kind, new_tokens, seqs, kv_tokens, measured ms):"]
     lines += [f"#   {s.kind} {s.new_tokens} {s.seqs} {s.kv_tokens} {s.step_ms:.3f}" for s in cal.samples]
     lines += ["[sim]", 'timing = "linear"', "jitter = 0.0"]
     if cal.max_num_seqs is not None:
@@ -212,13 +232,23 @@ def to_toml(cal: Calibration, url: str) -> str:
     return "\n".join(lines)
 
 
+EXAMPLES = """examples:
+  slogate sim calibrate --target http://127.0.0.1:8000 --out gpu.toml
+  slogate sim --config gpu.toml --port 8001          # the calibrated engine behind the OpenAI API
+  slogate plan trace.jsonl --slo ttft=1,tpot=0.1 --candidates 'l4/llama-3-8b?config=gpu.toml'  # plan with it
+  slogate sim calibrate --target http://127.0.0.1:8080 --prompt-tokens 16,64,128 --batches 1 --repeats 5
+"""
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="slogate sim calibrate", description="Fit the simulator's linear step "
-                                "model to a running OpenAI-compatible server; write a TOML for `slogate sim --config`.")
+                                "model to a running OpenAI-compatible server; write a TOML for `slogate sim --config`.",
+                                epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", required=True, help="base URL of the server, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", help="model id to send (default: none, the server's only model)")
     p.add_argument("--out", default="sim-calibrated.toml", help="TOML to write (default sim-calibrated.toml)")
-    p.add_argument("--prompt-tokens", default="16,256,1024", help="prefill design sizes (words ≈ tokens)")
+    p.add_argument("--prompt-tokens", default=",".join(map(str, DESIGN_PROMPTS)),
+                   help="prefill design sizes (words ≈ tokens; default %(default)s)")
     p.add_argument("--batches", default="1,4,8", help="decode concurrencies")
     p.add_argument("--long-context", type=int, default=2048, help="context of the long-context decode point")
     p.add_argument("--repeats", type=int, default=3, help="requests per design point (median)")

@@ -262,3 +262,39 @@ def test_a_host_floor_in_the_candidate_lowers_a_host_bound_tp_capacity(tmp_path:
     assert slogate(["plan", str(SAMPLE), "--slo", "ttft=2", "--window", "0:10", "--candidates",
                     "h100-sxm/llama-3-8b?host_step_ms=-1", "--out", str(tmp_path / "q")]) == 2
     assert "host time per step must be ≥ 0, got -1.0 ms" in capsys.readouterr().err
+
+
+def test_a_calibrated_config_is_a_candidate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`?config=FILE` plans the engine `slogate sim calibrate` wrote (its TOML, as `to_toml` writes it): a
+    server that runs one request at a time with a known step model. Its capacity is one request per
+    request's E2E (evenly spaced arrivals: below that rate nothing queues, above it the queue grows),
+    with the E2E from the same coefficients simulated alone; the bare H100 plans far more."""
+    from slogate.replay.sim.calibrate import Calibration, to_toml
+    from slogate.replay.sim.engine import SimConfig, SimRequest, simulate
+    from slogate.replay.sim.steptime import LinearCoefficients
+    from slogate.replay.target import sim_config
+    from tests.replay.test_compare_runs import IN_TOKENS, OUT_TOKENS
+
+    coef = LinearCoefficients(a_ms=20.0, b_ms=0.5, c_ms=0.0, d_ms=0.01)
+    toml = tmp_path / "calibrated.toml"
+    toml.write_text(to_toml(Calibration(linear=coef, ttft_overhead_ms=0.0, max_num_seqs=1, samples=[]), "http://x"))
+    alone = simulate([SimRequest(arrival=0.0, prompt_tokens=IN_TOKENS, output_tokens=OUT_TOKENS)],
+                     SimConfig(timing="linear", linear=coef, jitter=0.0, max_num_seqs=1))[0]
+    trace = make_trace(tmp_path / "t.jsonl.zst", rate=5, seconds=20)
+    out = tmp_path / "p"
+    assert slogate(["plan", str(trace), "--slo", "ttft=1", "--attainment", "0.9", "--candidates",
+                    f"h100-sxm/llama-3-8b?config={toml},h100-sxm/llama-3-8b?max_num_seqs={MAX_SEQS}",
+                    "--out", str(out), "--jobs", "1"]) == 0
+    rows = {c.candidate: c for c in load(out).candidates}
+    calibrated = rows[f"h100-sxm/llama-3-8b?config={toml}"]
+    assert calibrated.capacity_rps == pytest.approx(1 / alone.e2e, rel=0.10), (calibrated, alone.e2e)
+    assert calibrated.max_num_seqs == 1 and calibrated.binding_limit == "scheduler:max_num_seqs"  # the file's one seat
+    # a replay's `sim:GPU/MODEL?config=FILE` target: the same engine (slogate sim's own flag parsing)
+    engine = sim_config({"gpu": "h100-sxm", "model": "llama-3-8b", "config": str(toml)})
+    assert engine.timing == "linear" and engine.linear == coef and engine.max_num_seqs == 1
+    assert rows[f"h100-sxm/llama-3-8b?max_num_seqs={MAX_SEQS}"].capacity_rps > 3 * calibrated.capacity_rps
+    capsys.readouterr()
+    assert slogate(["plan", str(trace), "--slo", "ttft=1", "--candidates",
+                    f"h100-sxm/llama-3-8b?config={tmp_path / 'missing.toml'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot use --config" in err and "missing.toml" in err and len(err.splitlines()) == 1

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import pytest
 
+from slogate.replay.sim import calibrate as calibrate_module
 from slogate.replay.sim.calibrate import Sample, calibrate, fit, measure, to_toml
 from slogate.replay.sim.options import configure
 from tests.simserver import start_sim
@@ -47,20 +48,57 @@ def test_fit_takes_attention_only_from_upward_curvature():
     assert down.e_ms == 0.0 and 7.0 < down.b_ms < 9.0
 
 
+def test_fit_follows_the_typical_request_not_a_slow_third(monkeypatch):
+    """A TTFT curved upward by attention, as llama.cpp's is, and a third of the requests 30 % slow (a
+    shared machine), three of the five at one size (llama.cpp's 256-word point, 2026-12-05): the median
+    line through every request finds B and E within 3 %; least squares through each size's median (the
+    fit before) sees the slow size as a downward curve, keeps a straight line, and misses the middle
+    sizes by more than 10 %."""
+    def ttft(n: float) -> float:
+        return 40.0 + 8.0 * n + 0.006 * n * n / 2
+
+    slow = {(256, 0), (256, 2), (256, 4), (16, 1), (128, 3), (512, 2)}  # (size, round): 6 of 20
+    rows = [Sample("prefill", n, 1, n, ttft(n) * (1.3 if (n, r) in slow else 1.0))
+            for r in range(5) for n in (16, 128, 256, 512)]
+    rows += [Sample("decode", 1, 1, kv, 30.0 + 0.002 * kv) for kv in (28, 140, 268, 524, 1036) for _ in range(5)]
+    coef, overhead = fit(rows, batches=False)
+    assert coef.b_ms == pytest.approx(8.0, rel=0.03) and coef.e_ms == pytest.approx(0.006, rel=0.03), coef
+    medians = [Sample("prefill", n, 1, n, statistics.median(s.step_ms for s in rows if s.new_tokens == n
+                                                              and s.kind == "prefill")) for n in (16, 128, 256, 512)]
+    monkeypatch.setattr(calibrate_module, "LAD_ROUNDS", 1)  # one round: plain least squares
+    old, old_overhead = fit(medians + rows[20:], batches=False)
+    for n in (200, 300):  # the workload's middle sizes
+        assert abs(_prefill_ms(coef, overhead, n) / ttft(n) - 1) < 0.03
+        assert abs(_prefill_ms(old, old_overhead, n) / ttft(n) - 1) > 0.10, old
+
+
+def _prefill_ms(c, overhead: float, n: int) -> float:
+    """TTFT of an n-token prompt alone on the fitted line (a prefill row's shape)."""
+    return c.a_ms + overhead + (c.b_ms + c.d_ms) * n + c.e_ms * n * n / 2
+
+
 class LlamaFit(NamedTuple):
-    """One calibration of llama.cpp and the workload replayed on both sides (medians, seconds)."""
+    """One calibration of llama.cpp and the workload replayed on both sides: the workload's medians
+    (seconds) and the median over its requests of the sim's relative error on each (request by request)."""
 
     ttft_real: float
     ttft_sim: float
     tpot_real: float
     tpot_sim: float
+    ttft_err: float
+    tpot_err: float
     detail: tuple
 
 
 # llama.cpp's own TTFT on this 2-core VM moves by up to ±15 % between runs even pinned: a TTFT error
 # between 10 % and this bound is reported as an expected failure (issue 16), beyond it the fit is broken.
 TTFT_NOISE_BOUND = 0.25
-ROUNDS = 5  # of the design and the workload, interleaved; each point keeps its median over them
+ROUNDS = 5  # of the design and the workload, interleaved
+# The design's prompt sizes: four across the workload's 40-500 words (with 16 / 128 / 512 the fit's B
+# leaned on two medians of five samples each). With the long context, 5 design requests per round,
+# and after them 2, 2, 2, 1, 1 workload requests: the workload's 8 sizes per round.
+PROMPT_WORDS = (16, 128, 256, 512)
+WORKLOAD_AFTER = (2, 2, 2, 1, 1)
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +108,10 @@ def llama_fit() -> LlamaFit:
 
     llama.cpp's speed follows the shared machine's load (it changed up to 3x between a calibration
     and a workload run after it), so the workload is interleaved with the calibration request by
-    request: in every round each design request is followed by two workload requests (the 8 sizes
-    per round of 4 design sizes), and every point keeps its median over the ROUNDS rounds. A burst of
-    load then hits both sides alike. Five rounds (~3.4 min): three (~2 min) gave TTFT −3.3 / −2.1 % in
-    two quiet runs but −13.3 % in a CI run on a busy box (2026-12-05); five were within 10 % in every CI
-    run since 2026-12-02 (+10.4 % that day).
+    request: in every round the 5 design requests are followed by 2, 2, 2, 1 and 1 workload requests
+    (the workload's 8 sizes). A burst of load then hits both sides alike. Five rounds, ~4.3 min. Even so one request of a size takes 0.8-1.7x
+    another of the same size on this VM, so the workload's own median (decided by its two middle sizes)
+    moved by up to ±19 % between runs: the error is taken request by request (see LlamaFit).
     """
     from slogate.replay.sim.calibrate import Prober, fit, server_forcing
     from slogate.replay.sim.engine import SimConfig, SimRequest, simulate
@@ -87,14 +124,18 @@ def llama_fit() -> LlamaFit:
         p = Prober(server.url, None, 120.0, asyncio.run(server_forcing(server.url)))
         p.n = 10_000  # prompts unlike the calibration's (their first word numbers them)
 
-        async def workload_pair() -> None:
-            for _ in range(2):
+        calls = 0
+
+        async def workload_share() -> None:
+            nonlocal calls
+            for _ in range(WORKLOAD_AFTER[calls % len(WORKLOAD_AFTER)]):
                 sent.append(await p.one(sizes[len(sent) % len(sizes)], 24))
+            calls += 1
 
         async def run() -> tuple:
             try:
-                return await measure(server.url, prompt_words=(16, 128, 512), long_words=1024, repeats=ROUNDS,
-                                     decode_tokens=24, between=workload_pair)
+                return await measure(server.url, prompt_words=PROMPT_WORDS, long_words=1024, repeats=ROUNDS,
+                                     decode_tokens=24, between=workload_share)
             finally:
                 p.pool.close()
 
@@ -108,13 +149,20 @@ def llama_fit() -> LlamaFit:
             for i, (n, r) in enumerate(zip(sizes, rounds[0], strict=True))]
     sim = simulate(reqs, SimConfig(timing="linear", linear=coef, jitter=0.0, max_num_seqs=1))
     per_size = list(zip(*rounds, strict=True))  # size -> its request in every round
+    sim_ttft = [s.ttft + overhead / 1e3 for s in sim]  # per size, as `sizes`
+    # Request by request: the sim's answer for its size against what llama.cpp took. The median of these
+    # errors uses all 8 x ROUNDS requests; the workload's own median TTFT is decided by the two middle
+    # sizes' requests (120 and 200 words), 2 x ROUNDS of them, and so carries most of llama.cpp's noise.
     got = LlamaFit(
         ttft_real=statistics.median(statistics.median(r.ttft for r in rs) for rs in per_size),
-        ttft_sim=statistics.median(s.ttft for s in sim) + overhead / 1e3,
+        ttft_sim=statistics.median(sim_ttft),
         tpot_real=statistics.median(statistics.median(r.tpot for r in rs) for rs in per_size),
         tpot_sim=statistics.median(s.tpot for s in sim),
+        ttft_err=statistics.median(t / r.ttft - 1 for t, rs in zip(sim_ttft, per_size, strict=True) for r in rs),
+        tpot_err=statistics.median(s.tpot / r.tpot - 1 for s, rs in zip(sim, per_size, strict=True) for r in rs),
         detail=(coef, overhead, samples))
-    print("llama.cpp", got._replace(detail=(coef, overhead)), "samples", samples)
+    print("llama.cpp", got._replace(detail=(coef, overhead)), "samples", samples, "workload (words, real TTFTs ms, sim ms)",
+          [(n, [round(r.ttft * 1e3) for r in rs], round(t * 1e3)) for n, rs, t in zip(sizes, per_size, sim_ttft, strict=True)])
     return got
 
 
@@ -122,8 +170,10 @@ def llama_fit() -> LlamaFit:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)  # 712 s at load average 10-16 on the 2 shared cores
 def test_calibrated_sim_matches_llama_cpp_tpot(llama_fit: LlamaFit) -> None:
-    """The replayed workload's TPOT median on the calibrated sim is within 10 % of llama.cpp's."""
+    """The replayed workload's TPOT on the calibrated sim is within 10 % of llama.cpp's: request by
+    request (the median of the errors) and the workload's median."""
     f = llama_fit
+    assert abs(f.tpot_err) < 0.10, f
     assert abs(f.tpot_sim - f.tpot_real) / f.tpot_real < 0.10, f
 
 
@@ -131,12 +181,13 @@ def test_calibrated_sim_matches_llama_cpp_tpot(llama_fit: LlamaFit) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_calibrated_sim_matches_llama_cpp_ttft(llama_fit: LlamaFit) -> None:
-    """TTFT median within 10 % (+3.1 % on a quiet run). Between 10 % and TTFT_NOISE_BOUND it is an
-    expected failure, with the figures (llama.cpp's own run-to-run noise on this VM: +10.4 % once in
-    CI, 2026-12-02); past the bound the calibration is broken and the test fails."""
+    """TTFT within 10 %, request by request (the median of the errors) and on the workload's median.
+    Between 10 % and TTFT_NOISE_BOUND it is an expected failure, with the figures (llama.cpp's own
+    run-to-run noise on this VM); past the bound the calibration is broken and the test fails."""
     f = llama_fit
-    err = (f.ttft_sim - f.ttft_real) / f.ttft_real
-    assert abs(err) < TTFT_NOISE_BOUND, f
-    if abs(err) >= 0.10:
-        pytest.xfail(f"issue 16: TTFT {err:+.1%} off, inside llama.cpp's own noise on this VM "
-                     f"(real {f.ttft_real * 1e3:.1f} ms, sim {f.ttft_sim * 1e3:.1f} ms)")
+    errs = {"request by request": f.ttft_err, "on the workload's median": f.ttft_sim / f.ttft_real - 1}
+    assert all(abs(e) < TTFT_NOISE_BOUND for e in errs.values()), f
+    if any(abs(e) >= 0.10 for e in errs.values()):
+        pytest.xfail("issue 16: TTFT " + ", ".join(f"{e:+.1%} {k}" for k, e in errs.items()) +
+                     f" (real {f.ttft_real * 1e3:.1f} ms, sim {f.ttft_sim * 1e3:.1f} ms), inside llama.cpp's own "
+                     "noise on this VM")
