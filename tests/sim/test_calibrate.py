@@ -109,9 +109,11 @@ def llama_fit() -> LlamaFit:
     llama.cpp's speed follows the shared machine's load (it changed up to 3x between a calibration
     and a workload run after it), so the workload is interleaved with the calibration request by
     request: in every round the 5 design requests are followed by 2, 2, 2, 1 and 1 workload requests
-    (the workload's 8 sizes). A burst of load then hits both sides alike. Five rounds, ~4.3 min. Even so one request of a size takes 0.8-1.7x
-    another of the same size on this VM, so the workload's own median (decided by its two middle sizes)
-    moved by up to ±19 % between runs: the error is taken request by request (see LlamaFit).
+    (the workload's 8 sizes). A burst of load then hits both sides alike. Even so one request of a size
+    takes 0.8-1.7x another of the same size on this VM, so the workload's own median (decided by its two
+    middle sizes) moved by up to ±19 % between runs: the error is taken request by request too (see
+    LlamaFit), and the fit is the median line through every request (calibrate.fit). Five rounds, with
+    prompts prefilled on both cores: ~3.4 min (~4.3 min on one; the same errors in two runs each).
     """
     from slogate.replay.sim.calibrate import Prober, fit, server_forcing
     from slogate.replay.sim.engine import SimConfig, SimRequest, simulate
@@ -120,7 +122,7 @@ def llama_fit() -> LlamaFit:
     sizes = [40, 120, 300, 60, 200, 500, 80, 250]
     sent: list = []  # workload records in send order: round r holds sent[8r : 8r + 8]
 
-    with start_llama() as server:
+    with start_llama(prefill_threads=2) as server:
         p = Prober(server.url, None, 120.0, asyncio.run(server_forcing(server.url)))
         p.n = 10_000  # prompts unlike the calibration's (their first word numbers them)
 
