@@ -50,8 +50,7 @@ def gemma_model_path(cache_dir: Path = MODEL_CACHE) -> Path:
 
 
 @contextlib.contextmanager
-def start_llama(*, port: int | None = None, n_ctx: int = 2048, timeout: float = 120.0,
-                prefill_threads: int = 1) -> Iterator[Server]:
+def start_llama(*, port: int | None = None, n_ctx: int = 2048, timeout: float = 120.0) -> Iterator[Server]:
     """Run `python -m llama_cpp.server` serving Gemma 3 270M on 127.0.0.1 (offline) until the block exits.
 
     The server handles one request at a time; `--interrupt_requests False` keeps a second request
@@ -70,9 +69,7 @@ def start_llama(*, port: int | None = None, n_ctx: int = 2048, timeout: float = 
         "--interrupt_requests", "False",
         "--n_ctx", str(n_ctx),
         "--n_threads", "1",  # one core for llama.cpp, one left for the test's client and gateway,
-        # so their timestamps are not taken while they wait for a CPU; a prompt's prefill may take both
-        # (`prefill_threads`: the client waits for its first token meanwhile)
-        "--n_threads_batch", str(prefill_threads),
+        "--n_threads_batch", "1",  # so their timestamps are not taken while they wait for a CPU
         "--host", "127.0.0.1",
         "--port", str(port),
     ]  # fmt: skip
