@@ -112,10 +112,10 @@ def llama_fit() -> LlamaFit:
     (the workload's 8 sizes). A burst of load then hits both sides alike. Even so one request of a size
     takes 0.8-1.7x another of the same size on this VM, so the workload's own median (decided by its two
     middle sizes) moved by up to ±19 % between runs: the error is taken request by request too (see
-    LlamaFit), and the fit is the median line through every request (calibrate.fit). Five rounds, ~4.3
-    min. Prefilling on both cores (llama.cpp's --n_threads_batch 2) took 3.4 min alone and matched as
-    well, but 5.4 min in a CI run (TTFT -15 %) where the other tests ran at their usual speed; likely
-    its two threads waiting for each other whenever anything else runs. So one core it stays.
+    LlamaFit), and the fit is the median line through every request (calibrate.fit). Five rounds: 4.1-5
+    min alone, 5.1 min in CI (2026-12-05). Prefilling on both cores (llama.cpp's --n_threads_batch 2)
+    took 3.4 min alone and matched as well, but 5.4 min in CI with TTFT -15 %; one run each way, so
+    one core it stays, as before.
     """
     from slogate.replay.sim.calibrate import Prober, fit, server_forcing
     from slogate.replay.sim.engine import SimConfig, SimRequest, simulate
