@@ -168,9 +168,10 @@ def fit(samples: list[Sample], *, batches: bool = True) -> tuple[LinearCoefficie
     for s in samples:
         if s.kind == "prefill":
             sizes.setdefault(s.new_tokens, []).append(s.step_ms)
-    miss = max((abs(coef.a_ms + coef.c_ms + overhead + (coef.b_ms + coef.d_ms) * n - statistics.median(ms))
-                / statistics.median(ms) for n, ms in sizes.items()), default=0.0)
-    if miss > CURVED and len(sizes) >= 3:
+    medians = {n: statistics.median(ms) for n, ms in sizes.items()}
+    miss = max((abs(coef.a_ms + coef.c_ms + overhead + (coef.b_ms + coef.d_ms) * n - m) / m
+                for n, m in medians.items()), default=0.0)
+    if miss > CURVED and len(medians) >= 3:
         curved, curved_overhead = _fit(samples, batches=batches, attention=True)
         if curved.e_ms >= 0:  # attention never makes a longer prompt cheaper per token: negative E is noise
             return curved, curved_overhead
@@ -251,7 +252,8 @@ def main(argv: list[str]) -> int:
                    help="prefill design sizes (words ≈ tokens; default %(default)s)")
     p.add_argument("--batches", default="1,4,8", help="decode concurrencies")
     p.add_argument("--long-context", type=int, default=2048, help="context of the long-context decode point")
-    p.add_argument("--repeats", type=int, default=3, help="requests per design point (median)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="requests per design point (each one a sample of the median-line fit)")
     ns = p.parse_args(argv)
     try:
         sizes = tuple(int(x) for x in ns.prompt_tokens.split(","))
