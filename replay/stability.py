@@ -23,6 +23,10 @@ from slogate.traces.summary import Window, finished_at, offered_window, summariz
 
 DEFAULT_CV = 0.05  # --stability-cv: largest throughput/goodput variation (and change over the run) called stable
 LATENCY_DRIFT = 0.20  # largest p99 TTFT change over the whole run called stable (fraction of its mean)
+# Student's t, two-sided 95 %, by degrees of freedom (windows − 2); 1.96 beyond 30. A window's p99 rests on its
+# few slowest requests, so a p99 drift counts only when the trend stands out of the windows' own scatter.
+_T95 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13, 2.12, 2.11,
+        2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04)
 ERROR_RATE_RISE = 0.01  # largest error-rate change over the run (absolute fraction of requests) called stable
 KV_GROWTH = 0.10  # largest KV-cache usage change over the run (fraction of the cache) called stable
 MEMORY_GROWTH = 0.05  # largest server memory change over the run (fraction of its mean) called stable
@@ -45,6 +49,7 @@ class Trend(msgspec.Struct):
     cv: float | None = None  # population std / mean over the windows
     slope_per_h: float | None = None  # least-squares slope relative to the mean, per hour (0.03 = +3 %/h)
     change: float | None = None  # slope × run length: the fitted change over the run, relative to the mean
+    significant: bool | None = None  # the slope differs from 0 at 95 % (Student's t on the windows' scatter)
 
 
 class Stability(msgspec.Struct):
@@ -76,11 +81,24 @@ def _trend(xs: Sequence[float], ys: Sequence[float | None], *, relative: bool = 
     slope = math.fsum((p[0] - mx) * (p[1] - my) for p in pts) / sxx if sxx > 0 else 0.0  # per second
     sd = math.sqrt(math.fsum((p[1] - my) ** 2 for p in pts) / n)
     span = pts[-1][0] - pts[0][0]
+    sig = _significant(pts, mx, my, slope, sxx)
     if relative:
         if my <= 0:
             return Trend(mean=my, cv=None, slope_per_h=None, change=None)
-        return Trend(mean=my, cv=sd / my, slope_per_h=slope * 3600 / my, change=slope * span / my)
-    return Trend(mean=my, cv=sd / my if my > 0 else None, slope_per_h=slope * 3600, change=slope * span)
+        return Trend(mean=my, cv=sd / my, slope_per_h=slope * 3600 / my, change=slope * span / my, significant=sig)
+    return Trend(mean=my, cv=sd / my if my > 0 else None, slope_per_h=slope * 3600, change=slope * span,
+                 significant=sig)
+
+
+def _significant(pts: Sequence[tuple[float, float]], mx: float, my: float, slope: float, sxx: float) -> bool | None:
+    """Whether the least-squares slope differs from 0 at 95 %: |slope| / its standard error > Student's t."""
+    dof = len(pts) - 2
+    if dof < 1 or sxx <= 0:
+        return None
+    ssr = math.fsum((y - (my + slope * (x - mx))) ** 2 for x, y in pts)
+    se = math.sqrt(ssr / dof / sxx)
+    crit = _T95[dof - 1] if dof <= len(_T95) else 1.96
+    return slope != 0 and (se == 0 or abs(slope) / se > crit)
 
 
 def _sample_mean(samples: Sequence[dict[str, float]], key: str, start: float, end: float) -> float | None:
@@ -154,8 +172,8 @@ def _reasons(thr: Trend, good: Trend, p99: Trend, err: Trend, cv: float, n: int)
             out.append(f"{name} varied {t.cv:.1%} between windows (> {cv:.1%})")
         if t.change is not None and abs(t.change) > cv:
             out.append(f"{name} trend {t.change:+.1%} over the run (> ±{cv:.1%})")
-    if p99.change is not None and abs(p99.change) > LATENCY_DRIFT:
-        out.append(f"p99 TTFT drifted {p99.change:+.1%} over the run (> ±{LATENCY_DRIFT:.0%})")
+    if p99.change is not None and abs(p99.change) > LATENCY_DRIFT and p99.significant is not False:
+        out.append(f"p99 TTFT drifted {p99.change:+.1%} over the run (> ±{LATENCY_DRIFT:.0%}, beyond the windows' scatter)")
     if err.change is not None and abs(err.change) > ERROR_RATE_RISE:
         out.append(f"error rate changed {err.change * 100:+.2f} points over the run (> ±{ERROR_RATE_RISE * 100:g})")
     return out

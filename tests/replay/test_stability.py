@@ -109,6 +109,20 @@ def test_live_window_text() -> None:
     assert p.plain_line().endswith(p.window.text()) and " window 1 s: " in p.plain_line()
 
 
+def test_one_slow_window_is_scatter_a_ramp_is_drift() -> None:
+    """A window's p99 rests on its slowest requests: one slow window at the end of a steady run (+40 % fitted
+    change) is scatter, not drift; TTFT rising window by window is drift."""
+    def run(ttft_of_window: list[float]) -> list[RequestRecord]:
+        return [RequestRecord(t=w + i * 0.025, ttft=ttft_of_window[w] * (1 + 0.01 * (i % 7)), tpot=0.01, e2e=0.2,
+                              output_tokens=16) for w in range(len(ttft_of_window)) for i in range(40)]
+    spike = stability(run([0.05, 0.052, 0.049, 0.051, 0.05, 0.05, 0.049, 0.051, 0.05, 0.1]), 1.0)
+    assert spike.ttft_p99.change is not None and spike.ttft_p99.change > 0.2
+    assert spike.ttft_p99.significant is False and spike.stable, spike.verdict
+    ramp = stability(run([0.05 * 1.04 ** w for w in range(10)]), 1.0)
+    assert ramp.ttft_p99.change is not None and ramp.ttft_p99.change > 0.2 and ramp.ttft_p99.significant is True
+    assert not ramp.stable and "p99 TTFT drifted +" in ramp.verdict
+
+
 def test_too_few_windows_is_not_called_stable() -> None:
     recs = [RequestRecord(t=i * 0.1, ttft=0.01, e2e=0.05, output_tokens=5) for i in range(20)]
     st = stability(recs, 1.0)
