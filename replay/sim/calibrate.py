@@ -22,6 +22,7 @@ import msgspec
 from slogate.replay.client import ClientConfig, complete, new_pool, start
 from slogate.replay.forcing import Forcing, choose
 from slogate.replay.sim.steptime import LinearCoefficients, solve
+from slogate.replay.tokenizers import ServerTokenizer, probe_server_tokenizer
 from slogate.traces.record import RequestRecord
 from slogate.traces.usage import UsageError
 
@@ -70,6 +71,11 @@ class Prober:
         self.pool = new_pool(self.cfg)
         self.forcing = forcing or Forcing("ignore_eos")
         self.n = 0
+        # Prompt tokens when a response carries no usage (llama-cpp-python's streams): the server's own
+        # tokenize endpoint counts the prompt, so B is per token and not per word. None: not probed yet.
+        self._session: aiohttp.ClientSession | None = None
+        self._counter: ServerTokenizer | None = None
+        self._probed = False
 
     async def one(self, words: int, max_tokens: int) -> RequestRecord:
         self.n += 1
@@ -83,7 +89,25 @@ class Prober:
         if rec.error or rec.status != 200 or rec.ttft is None:
             raise UsageError(f"calibrate: {self.cfg.base_url} answered status {rec.status} ({rec.error}); "
                              "check --target and --model")
+        if rec.input_tokens is None and (counter := await self._token_counter()) is not None:
+            text = body["prompt"]
+            assert isinstance(text, str)
+            rec = msgspec.structs.replace(rec, input_tokens=await counter.count(text))
         return rec
+
+    async def _token_counter(self) -> ServerTokenizer | None:
+        """The server's tokenize endpoint (`/tokenize`, or `/extras/tokenize` on llama-cpp-python), probed
+        once; None when it has none (the prompt's words then stand for its tokens)."""
+        if not self._probed:
+            self._probed = True
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.cfg.timeout_s))
+            self._counter = await probe_server_tokenizer(self._session, self.cfg.base_url, self.cfg.model, {})
+        return self._counter
+
+    async def close(self) -> None:
+        self.pool.close()
+        if self._session is not None:
+            await self._session.close()
 
     async def batch(self, n: int, words: int, max_tokens: int) -> list[RequestRecord]:
         return list(await asyncio.gather(*(self.one(words, max_tokens) for _ in range(n))))
@@ -119,8 +143,8 @@ async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int
                     await between()
         samples: list[Sample] = []  # one per request: the fit takes the median line through them all
         for words, recs in rounds.items():
-            n = _tokens(recs[0], words)
             for r in recs:
+                n = _tokens(r, words)
                 if words != long_words and r.ttft is not None:  # the long context is a decode point only:
                     samples.append(Sample("prefill", n, 1, n, 1e3 * r.ttft))  # its prefill would weigh on B alone
                 if r.tpot is not None:
@@ -135,7 +159,7 @@ async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int
                 samples += [Sample("decode", b, b, b * ctx, 1e3 * r.tpot) for r in recs if r.tpot is not None]
         return samples, not serial
     finally:
-        p.pool.close()
+        await p.close()
 
 
 CURVED = 0.05  # a linear prefill fit missing a design size's median by more than this: fit E (attention) too
@@ -164,11 +188,8 @@ def fit(samples: list[Sample], *, batches: bool = True) -> tuple[LinearCoefficie
     is held at 0.
     """
     coef, overhead = _fit(samples, batches=batches, attention=False)
-    sizes: dict[int, list[float]] = {}
-    for s in samples:
-        if s.kind == "prefill":
-            sizes.setdefault(s.new_tokens, []).append(s.step_ms)
-    medians = {n: statistics.median(ms) for n, ms in sizes.items()}
+    medians = {statistics.median(s.new_tokens for s in group): statistics.median(s.step_ms for s in group)
+               for group in _design_sizes([s for s in samples if s.kind == "prefill"])}
     miss = max((abs(coef.a_ms + coef.c_ms + overhead + (coef.b_ms + coef.d_ms) * n - m) / m
                 for n, m in medians.items()), default=0.0)
     if miss > CURVED and len(medians) >= 3:
@@ -176,6 +197,18 @@ def fit(samples: list[Sample], *, batches: bool = True) -> tuple[LinearCoefficie
         if curved.e_ms >= 0:  # attention never makes a longer prompt cheaper per token: negative E is noise
             return curved, curved_overhead
     return coef, overhead
+
+
+def _design_sizes(prefills: list[Sample]) -> list[list[Sample]]:
+    """The prefill samples grouped by design size: counted prompts of one size differ by a token or two
+    (the numbered first word), sizes by 2x or so; a gap of more than 10 % starts a new size."""
+    groups: list[list[Sample]] = []
+    for s in sorted(prefills, key=lambda s: s.new_tokens):
+        if groups and s.new_tokens <= 1.1 * groups[-1][-1].new_tokens:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
 
 
 def _fit(samples: list[Sample], *, batches: bool, attention: bool) -> tuple[LinearCoefficients, float]:
@@ -249,7 +282,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--model", help="model id to send (default: none, the server's only model)")
     p.add_argument("--out", default="sim-calibrated.toml", help="TOML to write (default sim-calibrated.toml)")
     p.add_argument("--prompt-tokens", default=",".join(map(str, DESIGN_PROMPTS)),
-                   help="prefill design sizes (words ≈ tokens; default %(default)s)")
+                   help="prefill design sizes in words (the fit counts tokens: the server's usage, else its "
+                        "tokenize endpoint, else words; default %(default)s)")
     p.add_argument("--batches", default="1,4,8", help="decode concurrencies")
     p.add_argument("--long-context", type=int, default=2048, help="context of the long-context decode point")
     p.add_argument("--repeats", type=int, default=3,
