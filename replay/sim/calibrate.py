@@ -185,15 +185,19 @@ def fit(samples: list[Sample], *, batches: bool = True) -> tuple[LinearCoefficie
 
     A prefill row's attention work is n²/2 (one chunk from an empty context), a decode row's its
     context. A server that runs one request at a time never shows seqs apart from new tokens, so C
-    is held at 0.
+    is held at 0. In the straight line a negative D (a longer context making a decode step cheaper) is
+    noise too, and D is then held at 0 (llama.cpp's decode is flat over 16-1036 tokens of context); with
+    E, D and E share the decode rows and only their sum is the decode's cost per context token.
     """
     coef, overhead = _fit(samples, batches=batches, attention=False)
+    if coef.d_ms < 0:
+        coef, overhead = _fit(samples, batches=batches, attention=False, context=False)
     medians = {statistics.median(s.new_tokens for s in group): statistics.median(s.step_ms for s in group)
                for group in _design_sizes([s for s in samples if s.kind == "prefill"])}
     miss = max((abs(coef.a_ms + coef.c_ms + overhead + (coef.b_ms + coef.d_ms) * n - m) / m
                 for n, m in medians.items()), default=0.0)
     if miss > CURVED and len(medians) >= 3:
-        curved, curved_overhead = _fit(samples, batches=batches, attention=True)
+        curved, curved_overhead = _fit(samples, batches=batches, attention=True)  # D and E share the decode rows
         if curved.e_ms >= 0:  # attention never makes a longer prompt cheaper per token: negative E is noise
             return curved, curved_overhead
     return coef, overhead
@@ -211,10 +215,13 @@ def _design_sizes(prefills: list[Sample]) -> list[list[Sample]]:
     return groups
 
 
-def _fit(samples: list[Sample], *, batches: bool, attention: bool) -> tuple[LinearCoefficients, float]:
+def _fit(samples: list[Sample], *, batches: bool, attention: bool, context: bool = True
+         ) -> tuple[LinearCoefficients, float]:
     names = ["a", "b", "c", "d", "e", "overhead"]
     if not batches:
         names.remove("c")
+    if not context:
+        names.remove("d")
     if not attention:
         names.remove("e")
     rows, ys = [], []
@@ -240,7 +247,7 @@ def _fit(samples: list[Sample], *, batches: bool, attention: bool) -> tuple[Line
         weights = [1.0 / max(abs(y - sum(c * v for c, v in zip(coefs, r, strict=True))), LAD_FLOOR)
                    for r, y in zip(rows, ys, strict=True)]
     x = dict(zip(names, coefs, strict=True))
-    return LinearCoefficients(a_ms=x["a"], b_ms=x["b"], c_ms=x.get("c", 0.0), d_ms=x["d"],
+    return LinearCoefficients(a_ms=x["a"], b_ms=x["b"], c_ms=x.get("c", 0.0), d_ms=x.get("d", 0.0),
                               e_ms=x.get("e", 0.0)), x["overhead"]
 
 

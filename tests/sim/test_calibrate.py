@@ -48,6 +48,15 @@ def test_fit_takes_attention_only_from_upward_curvature():
     assert down.e_ms == 0.0 and 7.0 < down.b_ms < 9.0
 
 
+def test_a_negative_context_cost_is_held_at_zero():
+    """Decode steps a little faster at longer contexts (load noise; llama.cpp's are flat) would fit a
+    negative D; D is held at 0 and B, the prefill's cost per token, still comes out right."""
+    rows = [Sample("prefill", n, 1, n, 40.0 + 8.0 * n) for n in (20, 165, 660) for _ in range(3)]
+    rows += [Sample("decode", 1, 1, kv, 60.0 - 0.004 * kv) for kv in (32, 177, 672, 1340) for _ in range(3)]
+    coef, _ = fit(rows, batches=False)
+    assert coef.d_ms == 0.0 and coef.b_ms == pytest.approx(8.0, rel=0.02), coef
+
+
 def test_fit_follows_the_typical_request_not_a_slow_third(monkeypatch):
     """A TTFT curved upward by attention, as llama.cpp's is, and a third of the requests 30 % slow (a
     shared machine), three of the five at one size (llama.cpp's 256-word point, 2026-12-05): the median
