@@ -23,6 +23,7 @@ from slogate.replay.client import ClientConfig, complete, new_pool, start
 from slogate.replay.forcing import Forcing, choose
 from slogate.replay.sim.steptime import LinearCoefficients, solve
 from slogate.replay.tokenizers import ServerTokenizer, probe_server_tokenizer
+from slogate.traces.metrics import percentile
 from slogate.traces.record import RequestRecord
 from slogate.traces.usage import UsageError
 
@@ -162,6 +163,7 @@ async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int
         await p.close()
 
 
+NOISY = 0.10  # a median design request this far off the fitted model: the CLI warns that the server's speed moved
 CURVED = 0.05  # a linear prefill fit missing a design size's median by more than this: fit E (attention) too
 LAD_ROUNDS = 50  # iterations of the median (least absolute deviations) fit
 LAD_FLOOR = 1e-3  # smallest residual weighed (rows are scaled to mean 1: 0.1 % of a kind's mean)
@@ -258,11 +260,36 @@ async def calibrate(url: str, **kw: object) -> Calibration:
                        samples=samples)
 
 
+def predicted_ms(cal: Calibration, s: Sample) -> float:
+    """What the fitted model gives for a design sample (a prefill's TTFT includes the client overhead)."""
+    c = cal.linear
+    attn = s.new_tokens * s.new_tokens / 2 if s.kind == "prefill" else float(s.kv_tokens)
+    ms = c.a_ms + c.b_ms * s.new_tokens + c.c_ms * s.seqs + c.d_ms * s.kv_tokens + c.e_ms * attn
+    return ms + cal.ttft_overhead_ms if s.kind == "prefill" else ms
+
+
+def fit_spread(cal: Calibration) -> dict[str, tuple[float, float]]:
+    """How far the design requests lie from the fitted model, per kind ("TTFT", "TPOT"): the median and
+    p90 of |measured ÷ model − 1|. Much above a few % means the server's speed moved during the run."""
+    errors: dict[str, list[float]] = {}
+    for s in cal.samples:
+        model = predicted_ms(cal, s)
+        if model > 0:
+            errors.setdefault("TTFT" if s.kind == "prefill" else "TPOT", []).append(abs(s.step_ms / model - 1))
+    return {k: (percentile(sorted(v), 50), percentile(sorted(v), 90)) for k, v in errors.items()}
+
+
+def spread_text(cal: Calibration) -> str:
+    return "; ".join(f"{k} of the design requests within {p50:.1%} of the model (median), {p90:.1%} (p90)"
+                     for k, (p50, p90) in fit_spread(cal).items())
+
+
 def to_toml(cal: Calibration, url: str) -> str:
     c = cal.linear
     lines = [f"# slogate sim calibrate --target {url}: step ms = A + B·new_tokens + C·seqs + D·kv_tokens"
              " + E·attn_work",
              f"# client-side TTFT overhead {cal.ttft_overhead_ms:.3f} ms (not part of the engine step)",
+             f"# {spread_text(cal)}",
              "# design samples, one per request (kind, new_tokens, seqs, kv_tokens, measured ms):"]
     lines += [f"#   {s.kind} {s.new_tokens} {s.seqs} {s.kv_tokens} {s.step_ms:.3f}" for s in cal.samples]
     lines += ["[sim]", 'timing = "linear"', "jitter = 0.0"]
@@ -309,4 +336,10 @@ def main(argv: list[str]) -> int:
     c = cal.linear
     print(f"slogate sim calibrate: step ms = {c.a_ms:.4g} + {c.b_ms:.4g}·new_tokens + {c.c_ms:.4g}·seqs + "
           f"{c.d_ms:.4g}·kv_tokens + {c.e_ms:.3g}·attn_work; wrote {ns.out} (use: slogate sim --config {ns.out})", file=sys.stderr)
+    print(f"slogate sim calibrate: {spread_text(cal)}", file=sys.stderr)
+    worst = max((p50 for p50, _ in fit_spread(cal).values()), default=0.0)
+    if worst > NOISY:
+        print(f"slogate sim calibrate: warning: the median request is {worst:.0%} off the model: the server's speed "
+              "moved during the run (other load on it?); calibrate again on a quiet server or raise --repeats",
+              file=sys.stderr)
     return 0
