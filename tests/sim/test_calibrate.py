@@ -131,7 +131,7 @@ class LlamaFit(NamedTuple):
     tpot_sim: float
     ttft_err: float
     tpot_err: float
-    machine: str  # what else ran meanwhile (the VM's two vCPUs slow each other down)
+    machine: str  # what else used the CPU meanwhile, and the hypervisor's steal
     detail: tuple
 
 
@@ -157,10 +157,10 @@ def _others(llama_pid: int, since: tuple[float, int, int, int, int]) -> str:
             f"over {wall:.0f} s")
 
 
-# This 2-core VM runs at two speeds about 1.4x apart, each held for seconds (a pure-Python loop pinned to
-# either vCPU shows both, 2026-12-05): a request's TTFT over the fitted line clusters near 1.0 and near
-# 0.75. A median follows whichever speed most of its requests met, so when the design's requests and
-# the workload's met different mixes the medians part by 10-20 % (one run in four today: +15 / +18 %).
+# This 2-core VM changes speed by 1.4-1.9x, each speed held for seconds, with nothing else running (a
+# pure-Python loop pinned to one vCPU, 2026-12-05): a request's TTFT over the fitted line clustered near
+# 1.0 and near 0.75 in the run below. A median follows whichever speed most of its requests met, so when the design's requests and
+# the workload's met different mixes the medians part by 10-20 % (one run in seven on 2026-12-05: +15 / +18 %).
 # A TTFT error between 10 % and this bound is reported as an expected failure (issue 16), beyond it the
 # fit is broken.
 TTFT_NOISE_BOUND = 0.25
