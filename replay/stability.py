@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from slogate.replay.significance import t975
 from slogate.traces.metrics import percentile
 from slogate.traces.record import RequestRecord, is_error
 from slogate.traces.slo import Slo
@@ -23,10 +24,6 @@ from slogate.traces.summary import Window, finished_at, offered_window, summariz
 
 DEFAULT_CV = 0.05  # --stability-cv: largest throughput/goodput variation (and change over the run) called stable
 LATENCY_DRIFT = 0.20  # largest p99 TTFT change over the whole run called stable (fraction of its mean)
-# Student's t, two-sided 95 %, by degrees of freedom (windows − 2); 1.96 beyond 30. A window's p99 rests on its
-# few slowest requests, so a p99 drift counts only when the trend stands out of the windows' own scatter.
-_T95 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13, 2.12, 2.11,
-        2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04)
 ERROR_RATE_RISE = 0.01  # largest error-rate change over the run (absolute fraction of requests) called stable
 KV_GROWTH = 0.10  # largest KV-cache usage change over the run (fraction of the cache) called stable
 MEMORY_GROWTH = 0.05  # largest server memory change over the run (fraction of its mean) called stable
@@ -91,14 +88,15 @@ def _trend(xs: Sequence[float], ys: Sequence[float | None], *, relative: bool = 
 
 
 def _significant(pts: Sequence[tuple[float, float]], mx: float, my: float, slope: float, sxx: float) -> bool | None:
-    """Whether the least-squares slope differs from 0 at 95 %: |slope| / its standard error > Student's t."""
+    """Whether the least-squares slope differs from 0 at 95 %: |slope| / its standard error > Student's t
+    (windows − 2 degrees of freedom). A window's p99 rests on its few slowest requests, so a p99 drift
+    counts only when the trend stands out of the windows' own scatter."""
     dof = len(pts) - 2
     if dof < 1 or sxx <= 0:
         return None
     ssr = math.fsum((y - (my + slope * (x - mx))) ** 2 for x, y in pts)
     se = math.sqrt(ssr / dof / sxx)
-    crit = _T95[dof - 1] if dof <= len(_T95) else 1.96
-    return slope != 0 and (se == 0 or abs(slope) / se > crit)
+    return slope != 0 and (se == 0 or abs(slope) / se > t975(dof))
 
 
 def _sample_mean(samples: Sequence[dict[str, float]], key: str, start: float, end: float) -> float | None:
