@@ -74,13 +74,13 @@ class Prober:
         self.n = 0
         # Prompt tokens when a response carries no usage (llama-cpp-python's streams): the server's own
         # tokenize endpoint counts the prompt, so B is per token and not per word. None: not probed yet.
-        self._session: aiohttp.ClientSession | None = None
+        self._session: aiohttp.ClientSession | None = None  # created when the endpoint is probed
         self._counter: ServerTokenizer | None = None
-        self._probed = False
 
     async def one(self, words: int, max_tokens: int) -> RequestRecord:
         self.n += 1
-        body: dict[str, object] = {"prompt": prompt(self.n, words), "stream": True, "temperature": 0.0,
+        text = prompt(self.n, words)
+        body: dict[str, object] = {"prompt": text, "stream": True, "temperature": 0.0,
                                    "stream_options": {"include_usage": True}}
         body.update(self.forcing.fields(max_tokens))
         if self.cfg.model:
@@ -91,16 +91,13 @@ class Prober:
             raise UsageError(f"calibrate: {self.cfg.base_url} answered status {rec.status} ({rec.error}); "
                              "check --target and --model")
         if rec.input_tokens is None and (counter := await self._token_counter()) is not None:
-            text = body["prompt"]
-            assert isinstance(text, str)
             rec = msgspec.structs.replace(rec, input_tokens=await counter.count(text))
         return rec
 
     async def _token_counter(self) -> ServerTokenizer | None:
         """The server's tokenize endpoint (`/tokenize`, or `/extras/tokenize` on llama-cpp-python), probed
         once; None when it has none (the prompt's words then stand for its tokens)."""
-        if not self._probed:
-            self._probed = True
+        if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.cfg.timeout_s))
             self._counter = await probe_server_tokenizer(self._session, self.cfg.base_url, self.cfg.model, {})
         return self._counter
@@ -194,11 +191,11 @@ def fit(samples: list[Sample], *, batches: bool = True) -> tuple[LinearCoefficie
     coef, overhead = _fit(samples, batches=batches, attention=False)
     if coef.d_ms < 0:
         coef, overhead = _fit(samples, batches=batches, attention=False, context=False)
-    medians = {statistics.median(s.new_tokens for s in group): statistics.median(s.step_ms for s in group)
-               for group in _design_sizes([s for s in samples if s.kind == "prefill"])}
-    miss = max((abs(coef.a_ms + coef.c_ms + overhead + (coef.b_ms + coef.d_ms) * n - m) / m
-                for n, m in medians.items()), default=0.0)
-    if miss > CURVED and len(medians) >= 3:
+    sizes = _design_sizes([s for s in samples if s.kind == "prefill"])
+    # each size's median TTFT against the line's there (on a straight line, the median of its values at the size's prompts)
+    miss = max((abs(statistics.median(model_ms(coef, overhead, s) for s in g)
+                    / statistics.median(s.step_ms for s in g) - 1) for g in sizes), default=0.0)
+    if miss > CURVED and len(sizes) >= 3:
         curved, curved_overhead = _fit(samples, batches=batches, attention=True)  # D and E share the decode rows
         if curved.e_ms >= 0:  # attention never makes a longer prompt cheaper per token: negative E is noise
             return curved, curved_overhead
@@ -217,6 +214,21 @@ def _design_sizes(prefills: list[Sample]) -> list[list[Sample]]:
     return groups
 
 
+def _features(s: Sample) -> dict[str, float]:
+    """A sample's row of the step model: the value each constant multiplies (`overhead` is the client's
+    TTFT overhead, on prefill rows only). A prefill's attention work is n²/2, a decode's its context."""
+    attn = s.new_tokens * s.new_tokens / 2 if s.kind == "prefill" else float(s.kv_tokens)
+    return {"a": 1.0, "b": float(s.new_tokens), "c": float(s.seqs), "d": float(s.kv_tokens), "e": attn,
+            "overhead": 1.0 if s.kind == "prefill" else 0.0}
+
+
+def model_ms(c: LinearCoefficients, overhead_ms: float, s: Sample) -> float:
+    """What the fitted model gives for a sample's shape (a prefill's TTFT includes the client overhead)."""
+    f = _features(s)
+    return (c.a_ms + c.b_ms * f["b"] + c.c_ms * f["c"] + c.d_ms * f["d"] + c.e_ms * f["e"]
+            + overhead_ms * f["overhead"])
+
+
 def _fit(samples: list[Sample], *, batches: bool, attention: bool, context: bool = True
          ) -> tuple[LinearCoefficients, float]:
     names = ["a", "b", "c", "d", "e", "overhead"]
@@ -230,9 +242,7 @@ def _fit(samples: list[Sample], *, batches: bool, attention: bool, context: bool
     kinds = {s.kind for s in samples}
     scale = {k: statistics.fmean(s.step_ms for s in samples if s.kind == k) or 1.0 for k in kinds}
     for s in samples:
-        attn = s.new_tokens * s.new_tokens / 2 if s.kind == "prefill" else float(s.kv_tokens)
-        full = {"a": 1.0, "b": float(s.new_tokens), "c": float(s.seqs), "d": float(s.kv_tokens), "e": attn,
-                "overhead": 1.0 if s.kind == "prefill" else 0.0}
+        full = _features(s)
         w = 1.0 / scale[s.kind]  # TTFT and TPOT rows count alike (see fit)
         rows.append([w * full[k] for k in names])
         ys.append(w * s.step_ms)
@@ -260,28 +270,21 @@ async def calibrate(url: str, **kw: object) -> Calibration:
                        samples=samples)
 
 
-def predicted_ms(cal: Calibration, s: Sample) -> float:
-    """What the fitted model gives for a design sample (a prefill's TTFT includes the client overhead)."""
-    c = cal.linear
-    attn = s.new_tokens * s.new_tokens / 2 if s.kind == "prefill" else float(s.kv_tokens)
-    ms = c.a_ms + c.b_ms * s.new_tokens + c.c_ms * s.seqs + c.d_ms * s.kv_tokens + c.e_ms * attn
-    return ms + cal.ttft_overhead_ms if s.kind == "prefill" else ms
-
-
 def fit_spread(cal: Calibration) -> dict[str, tuple[float, float]]:
     """How far the design requests lie from the fitted model, per kind ("TTFT", "TPOT"): the median and
     p90 of |measured ÷ model − 1|. Much above a few % means the server's speed moved during the run."""
     errors: dict[str, list[float]] = {}
     for s in cal.samples:
-        model = predicted_ms(cal, s)
+        model = model_ms(cal.linear, cal.ttft_overhead_ms, s)
         if model > 0:
             errors.setdefault("TTFT" if s.kind == "prefill" else "TPOT", []).append(abs(s.step_ms / model - 1))
     return {k: (percentile(sorted(v), 50), percentile(sorted(v), 90)) for k, v in errors.items()}
 
 
-def spread_text(cal: Calibration) -> str:
+def spread_text(spread: dict[str, tuple[float, float]]) -> str:
+    """`fit_spread`'s figures in a line (the CLI's output and the TOML's comment)."""
     return "; ".join(f"{k} of the design requests within {p50:.1%} of the model (median), {p90:.1%} (p90)"
-                     for k, (p50, p90) in fit_spread(cal).items())
+                     for k, (p50, p90) in spread.items())
 
 
 def to_toml(cal: Calibration, url: str) -> str:
@@ -289,7 +292,7 @@ def to_toml(cal: Calibration, url: str) -> str:
     lines = [f"# slogate sim calibrate --target {url}: step ms = A + B·new_tokens + C·seqs + D·kv_tokens"
              " + E·attn_work",
              f"# client-side TTFT overhead {cal.ttft_overhead_ms:.3f} ms (not part of the engine step)",
-             f"# {spread_text(cal)}",
+             f"# {spread_text(fit_spread(cal))}",
              "# design samples, one per request (kind, new_tokens, seqs, kv_tokens, measured ms):"]
     lines += [f"#   {s.kind} {s.new_tokens} {s.seqs} {s.kv_tokens} {s.step_ms:.3f}" for s in cal.samples]
     lines += ["[sim]", 'timing = "linear"', "jitter = 0.0"]
@@ -336,8 +339,9 @@ def main(argv: list[str]) -> int:
     c = cal.linear
     print(f"slogate sim calibrate: step ms = {c.a_ms:.4g} + {c.b_ms:.4g}·new_tokens + {c.c_ms:.4g}·seqs + "
           f"{c.d_ms:.4g}·kv_tokens + {c.e_ms:.3g}·attn_work; wrote {ns.out} (use: slogate sim --config {ns.out})", file=sys.stderr)
-    print(f"slogate sim calibrate: {spread_text(cal)}", file=sys.stderr)
-    worst = max((p50 for p50, _ in fit_spread(cal).values()), default=0.0)
+    spread = fit_spread(cal)
+    print(f"slogate sim calibrate: {spread_text(spread)}", file=sys.stderr)
+    worst = max((p50 for p50, _ in spread.values()), default=0.0)
     if worst > NOISY:
         print(f"slogate sim calibrate: warning: the median request is {worst:.0%} off the model: the server's speed "
               "moved during the run (other load on it?); calibrate again on a quiet server or raise --repeats",

@@ -117,8 +117,8 @@ def test_counted_prompts_of_one_design_size_are_one_size():
 
 
 def _prefill_ms(c, overhead: float, n: int) -> float:
-    """TTFT of an n-token prompt alone on the fitted line (a prefill row's shape)."""
-    return c.a_ms + overhead + (c.b_ms + c.d_ms) * n + c.e_ms * n * n / 2
+    """TTFT of an n-token prompt alone on the fitted model (calibrate's own arithmetic)."""
+    return calibrate_module.model_ms(c, overhead, Sample("prefill", n, 1, n, 0.0))
 
 
 class LlamaFit(NamedTuple):
@@ -158,9 +158,10 @@ def _others(llama_pid: int, since: tuple[float, int, int, int, int]) -> str:
 
 
 # This 2-core VM changes speed by 1.4-1.9x, each speed held for seconds, with nothing else running (a
-# pure-Python loop pinned to one vCPU, 2026-12-05): a request's TTFT over the fitted line clustered near
-# 1.0 and near 0.75 in the run below. A median follows whichever speed most of its requests met, so when the design's requests and
-# the workload's met different mixes the medians part by 10-20 % (one run in seven on 2026-12-05: +15 / +18 %).
+# pure-Python loop pinned to one vCPU, 2026-12-05): in one llama.cpp run a request's TTFT over the fitted
+# line clustered near 1.0 and near 0.75. A median follows whichever speed most of its requests met, so
+# when the design's requests and the workload's met different mixes the medians part by 10-20 % (one
+# run in seven on 2026-12-05: +15 / +18 %).
 # A TTFT error between 10 % and this bound is reported as an expected failure (issue 16), beyond it the
 # fit is broken.
 TTFT_NOISE_BOUND = 0.25
