@@ -18,7 +18,7 @@ def start_sim(
     *,
     gpu: str = "h100-sxm",
     model: str = "llama-3-8b",
-    timing: str = "roofline",
+    timing: str | Sequence[str] = "roofline",  # a sequence for a model with arguments: ("profile", PATH)
     ttft_ms: float | None = None,
     itl_ms: float | None = None,
     replicas: int = 1,
@@ -41,7 +41,7 @@ def start_sim(
     if port is None:
         port = free_port() if replicas == 1 else free_ports(replicas)
     cmd = [sys.executable, "-m", "slogate", "sim", "--port", str(port), "--gpu", gpu, "--model", model]
-    cmd += ["--timing", timing, "--replicas", str(replicas)]
+    cmd += ["--timing", *([timing] if isinstance(timing, str) else timing), "--replicas", str(replicas)]
     optional = {  # flag -> value; a None value leaves the flag out (the sim's default)
         "--ttft-ms": ttft_ms,
         "--itl-ms": itl_ms,

@@ -16,7 +16,8 @@ import msgspec
 from slogate.replay.sim import catalog
 from slogate.replay.sim.kvcache import kv_blocks_for
 from slogate.replay.sim.profile import load_profile
-from slogate.replay.sim.steptime import Linear, LinearCoefficients, Roofline
+from slogate.replay.sim.steptime import Linear, LinearCoefficients, Roofline, read_step_samples
+from slogate.replay.sim.vidur import VidurSteps, is_vidur_dir
 from slogate.traces.usage import UsageError
 
 StepFn = Callable[[int, int, int, float], float]
@@ -115,8 +116,14 @@ def build(config: SimConfig) -> EngineSpec:
             raise UsageError(f"--{name.replace('_', '-')} must be ≥ 0, got {getattr(config, name)}")
     if config.timing == "linear" and config.linear is None:
         raise UsageError("--timing linear needs coefficients: --linear A,B,C,D (ms) or [sim.linear] in --config")
-    if config.timing == "profile" and not config.profile:
-        raise UsageError("--timing profile needs a table: --timing profile steps.csv (new_tokens,seqs,kv_tokens,step_ms)")
+    if config.timing == "profile":
+        if not config.profile:
+            raise UsageError("--timing profile needs a table: --timing profile steps.csv (new_tokens,seqs,kv_tokens,step_ms) "
+                             "or a directory with Vidur's mlp.csv and attention.csv")
+        if is_vidur_dir(config.profile):  # a bad table fails here, before any port is bound
+            VidurSteps(config.profile, model, tp=config.tp)
+        else:
+            read_step_samples(config.profile, "--timing profile")
     if config.replicas < 1:
         raise UsageError(f"--replicas must be at least 1, got {config.replicas}")
     return EngineSpec(config=config, gpu=gpu, model=model, kv_blocks=blocks, max_num_seqs=seqs,
@@ -152,6 +159,8 @@ def step_model(spec: EngineSpec, seed: int) -> StepFn:
         return Linear(c.linear, jitter=c.jitter, seed=seed)
     if c.timing == "profile":
         assert c.profile is not None
+        if is_vidur_dir(c.profile):
+            return VidurSteps(c.profile, spec.model, tp=c.tp, v0=c.scheduler == "v0", jitter=c.jitter, seed=seed)
         return load_profile(c.profile, jitter=c.jitter, seed=seed)
     kv_bytes = catalog.precision(c.kv_dtype).weight_bytes
     return Roofline(spec.gpu, spec.model, tp=c.tp, dtype=c.dtype, kv_bytes=kv_bytes, jitter=c.jitter, seed=seed,

@@ -13,6 +13,7 @@ import msgspec
 from slogate.replay.sim.catalog import GPUS, MODELS, PRECISIONS, Gpu, Model
 from slogate.replay.sim.config import SimConfig
 from slogate.replay.sim.faults import FaultConfig, parse_fault_config
+from slogate.replay.sim.profile import check_profile_path
 from slogate.replay.sim.server import ServerOptions
 from slogate.replay.sim.steptime import LinearCoefficients, fit_linear, read_step_samples
 from slogate.traces.usage import UsageError
@@ -23,6 +24,8 @@ examples:
   slogate sim --port 8000 --gpu a100-80g --model llama-3-70b --tp 4 --dtype fp8
   slogate sim --port 8000 --timing constant --ttft-ms 50 --itl-ms 10      # fixed timings
   slogate sim --port 8000 --linear-fit steps.csv       # step time fitted to measured engine steps
+  slogate sim --port 8000 --timing profile steps.csv   # step times interpolated from a measured table
+  slogate sim --port 8000 --model llama-2-7b --timing profile vidur/a100/meta-llama/Llama-2-7b-hf   # Vidur's profile
   slogate sim --port 8000 --replicas 4                                   # ports 8000-8003
   slogate sim --port 8000 --kv-blocks 200 --max-num-seqs 64              # force preemptions
   slogate sim --port 8000 --tp 4 --host-step-ms 6 --host-seq-us 60 --host-kv-ns 30   # host-bound steps (vLLM V0)
@@ -62,7 +65,8 @@ def parser() -> argparse.ArgumentParser:
     a("--dtype", help="weight precision: " + ", ".join(PRECISIONS))
     a("--kv-dtype", help="KV-cache precision (default bf16; fp8 halves it)")
     a("--timing", nargs="+", metavar="MODEL", help="step-time model: roofline (default), constant, linear, "
-      "or profile FILE (a measured CSV new_tokens,seqs,kv_tokens,step_ms, interpolated)")
+      "or profile FILE|DIR (a measured CSV new_tokens,seqs,kv_tokens,step_ms, or a directory with Vidur's "
+      "mlp.csv and attention.csv for --model; interpolated)")
     a("--ttft-ms", type=float, help="constant timing: time to first token")
     a("--itl-ms", type=float, help="constant timing: gap between tokens")
     a("--linear", help="linear timing coefficients A,B,C,D: step ms = A + B·tokens + C·seqs + D·kv_tokens")
@@ -127,7 +131,7 @@ def configure(argv: list[str]) -> tuple[SimConfig, ServerOptions, FaultConfig]:
             raise UsageError(f"bad --timing {' '.join(ns.timing)!r}; use roofline, constant, linear or profile FILE")
         ns.timing = kind
         if rest:
-            read_step_samples(rest[0], "--timing profile")  # a bad table fails here, before any port is bound
+            check_profile_path(rest[0])  # a bad table fails here, before any port is bound
             sim["profile"] = rest[0]
     for key in ("gpu", "model", "tp", "dtype", "kv_dtype", "timing", "ttft_ms", "itl_ms", "max_num_seqs",
                 "max_num_batched_tokens", "max_model_len", "kv_blocks", "gpu_memory_utilization", "scheduler",

@@ -1,6 +1,7 @@
 """`--timing profile FILE`: step times interpolated from a table someone measured on their GPU.
 
-The table is a CSV `new_tokens,seqs,kv_tokens,step_ms` (the `--linear-fit` layout). Inside the
+The table is a CSV `new_tokens,seqs,kv_tokens,step_ms` (the `--linear-fit` layout); a directory with
+Vidur's per-operator profile is replay.sim.vidur's. Inside the
 table's ranges a step time is the inverse-distance mean of the nearest measured rows (distance in
 units of each column's range), so measured shapes come back exactly; outside, the table's
 least-squares linear model plus the nearest rows' residuals extrapolates. Pure arithmetic: it never reads a file after startup.
@@ -9,8 +10,11 @@ least-squares linear model plus the nearest rows' residuals extrapolates. Pure a
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from slogate.replay.sim.steptime import fit_linear, read_step_samples
+from slogate.replay.sim.vidur import ATTENTION_FILE, MLP_FILE, is_vidur_dir
+from slogate.traces.usage import UsageError
 
 NEIGHBOURS = 4
 
@@ -47,6 +51,16 @@ class Profile:
         if self.jitter:
             t *= 1.0 + self.jitter * max(-3.0, min(3.0, self._rng.gauss(0.0, 1.0)))
         return t
+
+
+def check_profile_path(path: str) -> None:
+    """Refuse a bad table early (a Vidur directory is read, and checked against the model, when the engine is
+    built: replay.sim.vidur)."""
+    if Path(path).is_dir():
+        if not is_vidur_dir(path):
+            raise UsageError(f"--timing profile {path}: a directory needs Vidur's {MLP_FILE} and {ATTENTION_FILE}")
+        return
+    read_step_samples(path, "--timing profile")
 
 
 def load_profile(path: str, *, jitter: float = 0.0, seed: int = 0) -> Profile:

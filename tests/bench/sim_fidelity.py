@@ -154,6 +154,35 @@ def prefix_demo() -> list[dict]:
     return rows
 
 
+VIDUR = REPO / "tests/bench/ground_truth/vidur_a100_llama2_7b"
+
+
+def vidur_vs_roofline() -> list[dict]:
+    """Vidur's operator profile of Llama-2-7B on an A100-80GB (`--timing profile DIR`: its operations summed
+    per step) beside the roofline's step for llama-2-7b on a100-80g (V1, no jitter): decode batches over
+    contexts, prompts alone, and one V1 step mixing a prompt chunk with 31 decodes."""
+    from slogate.replay.sim.catalog import find_gpu, find_model
+    from slogate.replay.sim.steptime import Roofline
+    from slogate.replay.sim.vidur import VidurSteps
+
+    model = find_model("llama-2-7b")
+    vidur = VidurSteps(str(VIDUR), model)
+    roof = Roofline(find_gpu("a100-80g"), model, jitter=0.0)
+
+    def shape(seqs: list[tuple[int, int]]) -> tuple[int, int, int, float]:  # (new tokens, context) per sequence
+        return (sum(n for n, _ in seqs), len(seqs), sum(c + n for n, c in seqs), sum(n * (c + n / 2) for n, c in seqs))
+
+    cases = [(f"decode {b} x ctx {k}", shape([(1, k)] * b)) for b in (1, 8, 32, 64, 128) for k in (512, 2048)]
+    cases += [(f"prompt {n}", shape([(n, 0)])) for n in (128, 512, 2048)]
+    cases += [("chunk 512 at ctx 256 + 31 decodes at 1024", shape([(512, 256)] + [(1, 1024)] * 31))]
+    rows = []
+    for name, sh in cases:
+        v, r = vidur.step_ms(*sh), roof(*sh) * 1e3
+        rows.append({"step": name, "vidur_ms": round(v, 2), "roofline_ms": round(r, 2),
+                     "roofline_vs_vidur_pct": round(100 * (r / v - 1), 1)})
+    return rows
+
+
 def azure_requests() -> list[SimRequest]:
     try:
         from slogate.traces.formats import load
@@ -270,6 +299,9 @@ def main() -> int:
           f"{off['p90_abs_err_pct']} %; setups x batch sizes within 10 % / 20 %: "
           f"{off['setups_batches_in_bounds']} of {off['setups_batches']} ({off['held_out_in_bounds']} of the "
           f"{off['held_out']} outside the setups the host floors are read from)")
+    results["vidur_vs_roofline"] = vidur_vs_roofline()
+    table("Vidur's A100 profile of Llama-2-7B (--timing profile DIR) vs the roofline on a100-80g, one step",
+          results["vidur_vs_roofline"])  # type: ignore[arg-type]
     results["sweep"] = sweep()
     table("closed-loop concurrency sweep, h100-sxm llama-3-8b, 1024 in / 256 out", results["sweep"])  # type: ignore[arg-type]
     results["preemption"] = preemption_demo()

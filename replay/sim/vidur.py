@@ -1,0 +1,173 @@
+"""`--timing profile DIR`: step times summed from Vidur's per-operator GPU profiles (`mlp.csv`, `attention.csv`).
+
+A Vidur profile times each operation of one transformer layer by token count (mlp.csv) and attention by
+batch and context (attention.csv). One step = the embedding + layers × (the layer's operations at the
+step's token count + its attention), each interpolated linearly between the profiled points. Reads only
+the two CSVs, once; the layer count comes from the catalog model. Pure arithmetic per step.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import math
+import random
+from collections import defaultdict
+from pathlib import Path
+
+from slogate.replay.sim.catalog import Model
+from slogate.traces.usage import UsageError
+
+MLP_FILE, ATTENTION_FILE = "mlp.csv", "attention.csv"
+# the operations of one layer in mlp.csv (timed by num_tokens): norms, QKV and output projections, rotary
+# embedding, the gated MLP and the residual add; `emb` (the token embedding) runs once per step
+LAYER_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
+             "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
+STEP_OPS = ("emb",)
+ATTN_OPS = ("attn_input_reshape", "attn_output_reshape")  # around the kernel (attn_decode or attn_prefill)
+STAT = "median"  # Vidur writes min/max/mean/median/std of each operation; the median is the robust one
+
+
+def is_vidur_dir(path: str) -> bool:
+    p = Path(path)
+    return p.is_dir() and (p / MLP_FILE).is_file() and (p / ATTENTION_FILE).is_file()
+
+
+class Line:
+    """y(x) linear between points, extended past either end along its last interval."""
+
+    def __init__(self, points: dict[float, list[float]]) -> None:
+        self.x = sorted(points)
+        self.y = [sum(points[x]) / len(points[x]) for x in self.x]  # a repeated x: the mean of its values
+
+    def at(self, x: float) -> float:
+        xs, ys = self.x, self.y
+        if len(xs) == 1:
+            return ys[0]
+        i = min(max(bisect.bisect_right(xs, x), 1), len(xs) - 1)
+        x0, x1 = xs[i - 1], xs[i]
+        return ys[i - 1] + (x - x0) * (ys[i] - ys[i - 1]) / (x1 - x0)
+
+
+class Surface:
+    """z(x, y) from rows of points that need not share their y values (Vidur's prefill grid is a
+    triangle, chunk + context ≤ max_model_len): along y within the two x rows around x, then along x."""
+
+    def __init__(self, points: dict[float, dict[float, list[float]]]) -> None:
+        self.x = sorted(points)
+        self.rows = [Line(points[x]) for x in self.x]
+
+    def at(self, x: float, y: float) -> float:
+        xs = self.x
+        if len(xs) == 1:
+            return self.rows[0].at(y)
+        i = min(max(bisect.bisect_right(xs, x), 1), len(xs) - 1)
+        z0, z1 = self.rows[i - 1].at(y), self.rows[i].at(y)
+        return z0 + (x - xs[i - 1]) * (z1 - z0) / (xs[i] - xs[i - 1])
+
+
+def _read(path: Path, needed: tuple[str, ...]) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as exc:
+        raise UsageError(f"cannot read --timing profile {path}: {exc.strerror}") from None
+    missing = [c for c in needed if not rows or c not in rows[0]]
+    if missing:
+        raise UsageError(f"--timing profile {path}: not Vidur's layout, no column(s) {', '.join(missing)}")
+    return rows
+
+
+def _ms(row: dict[str, str], op: str) -> float:
+    """An operation's time (ms) in a row; empty (not run in this row) is 0."""
+    v = row.get(f"time_stats.{op}.{STAT}", "")
+    return float(v) if v else 0.0
+
+
+def _num(row: dict[str, str], key: str, path: Path) -> int:
+    try:
+        return int(float(row[key]))
+    except (TypeError, ValueError):
+        raise UsageError(f"--timing profile {path}: bad {key} {row.get(key)!r}") from None
+
+
+def _check_model(row: dict[str, str], model: Model, path: Path) -> None:
+    want = {"n_embd": model.hidden, "n_head": model.heads, "n_kv_head": model.kv_heads}
+    have = {k: _num(row, k, path) for k in want if k in row}
+    if any(v != want[k] for k, v in have.items()):
+        raise UsageError(f"--timing profile {path.parent}: profiled for {', '.join(f'{k} {v}' for k, v in have.items())}, "
+                         f"but --model {model.name} has {', '.join(f'{k} {want[k]}' for k in have)}; "
+                         f"pass the profiled model's --model")
+
+
+class VidurSteps:
+    """A step model (the engine's `step(new_tokens, seqs, kv_tokens, attn_work)`, seconds) from a Vidur
+    profile. The step's shape is split into its attention calls: a step whose sequences all add one token
+    is a decode batch at their mean context; with `v0` (prompt steps run only prompts) the prompts are one
+    chunk of the same attention work, n(c + n/2); otherwise one prompt chunk beside seqs − 1 decodes, its
+    context solved from the step's KV tokens and attention work."""
+
+    def __init__(self, directory: str, model: Model, *, tp: int = 1, v0: bool = False, jitter: float = 0.0,
+                 seed: int = 0) -> None:
+        d = Path(directory)
+        stats = tuple(f"time_stats.{op}.{STAT}" for op in (*LAYER_OPS, *STEP_OPS))
+        mlp = _read(d / MLP_FILE, ("num_tokens", "num_tensor_parallel_workers", *stats))
+        attn = _read(d / ATTENTION_FILE, ("batch_size", "kv_cache_size", "prefill_chunk_size", "is_prefill",
+                                          "num_tensor_parallel_workers"))
+        if tp != 1:  # Vidur keeps the all-reduce in a separate network profile, not read here
+            tps = sorted({_num(r, "num_tensor_parallel_workers", d / MLP_FILE) for r in mlp})
+            raise UsageError(f"--timing profile {d}: Vidur's compute tables leave out the tensor-parallel all-reduce; "
+                             f"use --tp 1 (profiled degrees: {tps}) or a measured step table")
+        mlp = [r for r in mlp if _num(r, "num_tensor_parallel_workers", d / MLP_FILE) == tp]
+        attn = [r for r in attn if _num(r, "num_tensor_parallel_workers", d / ATTENTION_FILE) == tp]
+        if not mlp or not attn:
+            raise UsageError(f"--timing profile {d}: no rows for {tp} tensor-parallel worker(s)")
+        _check_model(mlp[0], model, d / MLP_FILE)
+        layer: dict[float, list[float]] = defaultdict(list)
+        step: dict[float, list[float]] = defaultdict(list)
+        for r in mlp:
+            n = _num(r, "num_tokens", d / MLP_FILE)
+            layer[n].append(sum(_ms(r, op) for op in LAYER_OPS))
+            step[n].append(sum(_ms(r, op) for op in STEP_OPS))
+        self.layer_ops, self.step_ops = Line(layer), Line(step)
+        decode: dict[float, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+        prefill: dict[float, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for r in attn:
+            k = _num(r, "kv_cache_size", d / ATTENTION_FILE)
+            around = sum(_ms(r, op) for op in ATTN_OPS)
+            if r["is_prefill"].strip().lower() == "true":  # one chunk of n tokens after k of context
+                n = _num(r, "prefill_chunk_size", d / ATTENTION_FILE) * _num(r, "batch_size", d / ATTENTION_FILE)
+                prefill[n][k].append(_ms(r, "attn_prefill") + around)
+            else:  # b sequences, each at context k
+                decode[_num(r, "batch_size", d / ATTENTION_FILE)][k].append(_ms(r, "attn_decode") + around)
+        if not decode or not prefill:
+            raise UsageError(f"--timing profile {d / ATTENTION_FILE}: needs both decode and prefill rows")
+        self.decode, self.prefill = Surface(decode), Surface(prefill)
+        self.layers = model.layers
+        self.v0 = v0
+        self.jitter = jitter
+        self._rng = random.Random(seed)
+
+    def attention_ms(self, new_tokens: float, seqs: float, kv_tokens: float, attn_work: float) -> float:
+        """One layer's attention calls for the step (ms)."""
+        if new_tokens <= seqs:  # every sequence adds one token: a decode batch at the mean context
+            return self.decode.at(seqs, kv_tokens / seqs - 1)
+        if self.v0 or seqs <= 1:  # prompts only: one chunk (or an equivalent one of the same work)
+            if seqs <= 1:
+                return self.prefill.at(new_tokens, max(kv_tokens - new_tokens, 0.0))
+            return self.prefill.at(math.sqrt(2 * attn_work), 0.0)
+        d = seqs - 1  # one prompt chunk of n beside d decodes: c_p from W − K (decodes add c + ½ and c + 1)
+        n = new_tokens - d
+        c = max((attn_work - kv_tokens + 0.5 * d - n * n / 2 + n) / (n - 1), 0.0) if n > 1 else 0.0
+        kv_decode = max(kv_tokens - c - n, d)
+        return self.prefill.at(n, c) + self.decode.at(d, kv_decode / d - 1)
+
+    def step_ms(self, new_tokens: float, seqs: float, kv_tokens: float, attn_work: float) -> float:
+        per_layer = self.layer_ops.at(new_tokens) + self.attention_ms(new_tokens, seqs, kv_tokens, attn_work)
+        return self.step_ops.at(new_tokens) + self.layers * per_layer
+
+    def __call__(self, new_tokens: float, seqs: float, kv_tokens: float, attn_work: float) -> float:
+        t = max(self.step_ms(new_tokens, seqs, kv_tokens, attn_work), 1e-3) / 1e3
+        if self.jitter:
+            t *= 1.0 + self.jitter * max(-3.0, min(3.0, self._rng.gauss(0.0, 1.0)))
+        return t
