@@ -111,7 +111,9 @@ def run_aiperf(
         "--workers-max", "1", "--ui-type", "none", "--no-server-metrics", "--no-gpu-telemetry",
         "--output-artifact-dir", str(out),
     ]  # fmt: skip
-    env = {**os.environ, **OFFLINE, "HF_HUB_CACHE": str(gemma_hf_cache())}
+    # its memory-mapped dataset goes under the run's folder (else /tmp/aiperf_mmap_*, left behind)
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **OFFLINE, "HF_HUB_CACHE": str(gemma_hf_cache()), "AIPERF_DATASET_MMAP_BASE_PATH": str(out)}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     export = out / "profile_export.jsonl"
     if done.returncode != 0 or not export.exists():

@@ -132,7 +132,7 @@ async def measure(url: str, *, model: str | None = None, prompt_words: tuple[int
     p = Prober(url, model, timeout_s, forcing or await server_forcing(url))
     try:
         await p.one(8, 4)  # warm-up: connection, first-request costs
-        sizes = (*prompt_words, long_words)
+        sizes = (*prompt_words, long_words) if long_words else tuple(prompt_words)  # 0: no long-context point
         rounds: dict[int, list[RequestRecord]] = {w: [] for w in sizes}
         for _ in range(repeats):
             for words in sizes:
@@ -322,7 +322,9 @@ def main(argv: list[str]) -> int:
                    help="prefill design sizes in words (the fit counts tokens: the server's usage, else its "
                         "tokenize endpoint, else words; default %(default)s)")
     p.add_argument("--batches", default="1,4,8", help="decode concurrencies")
-    p.add_argument("--long-context", type=int, default=2048, help="context of the long-context decode point")
+    p.add_argument("--long-context", type=int, default=2048,
+                   help="context (words) of the long-context decode point; 0: none, the design prompts' own "
+                        "decodes give the cost per context token (default %(default)s)")
     p.add_argument("--repeats", type=int, default=3,
                    help="requests per design point (each one a sample of the median-line fit)")
     ns = p.parse_args(argv)
@@ -331,6 +333,8 @@ def main(argv: list[str]) -> int:
         batches = tuple(int(x) for x in ns.batches.split(","))
     except ValueError:
         raise UsageError("--prompt-tokens and --batches take comma-separated integers, e.g. 16,256,1024") from None
+    if ns.long_context < 0:
+        raise UsageError(f"--long-context {ns.long_context} is negative; give words of context, or 0 for none")
     if not ns.target.startswith(("http://", "https://")):
         raise UsageError(f"--target {ns.target!r} is not a URL; use e.g. http://127.0.0.1:8000")
     cal = asyncio.run(calibrate(ns.target, model=ns.model, prompt_words=sizes, batches=batches,

@@ -57,6 +57,20 @@ def test_the_cli_reports_how_far_requests_lie_from_the_model(tmp_path, capsys, j
         assert max(float(ttft.group(1)), float(tpot.group(1))) > 10 and "warning: the median request is" in err, err
 
 
+def test_long_context_0_sends_no_long_context_point(capsys):
+    """`--long-context 0`: the design is the prompt sizes alone (their own decodes give the context cost);
+    a negative one is refused with the fix."""
+    from slogate.cli import main as slogate
+
+    with start_sim(timing="constant", ttft_ms=5, itl_ms=2) as sim:
+        samples, _ = asyncio.run(measure(sim.url, prompt_words=(16, 64), long_words=0, batches=(1,), repeats=2,
+                                         decode_tokens=4))
+    assert sorted({s.new_tokens for s in samples if s.kind == "prefill"}) == [16, 64]
+    assert max(s.kv_tokens for s in samples if s.seqs == 1) < 100  # no decode at a long context
+    assert slogate(["sim", "calibrate", "--target", "http://127.0.0.1:1", "--long-context", "-1"]) == 2
+    assert "--long-context -1 is negative" in capsys.readouterr().err
+
+
 def _serial_design(ttft_ms) -> list[Sample]:
     """One-request-at-a-time design rows (as measure() gives for llama.cpp): prefills whose TTFT is
     `ttft_ms(n)`, and decodes of 30 ms + 2 µs per KV token."""
@@ -166,14 +180,16 @@ def _others(llama_pid: int, since: tuple[float, int, int, int, int]) -> str:
 # fit is broken.
 TTFT_NOISE_BOUND = 0.25
 ROUNDS = 10  # of the design and the workload, interleaved
-# The design's prompt sizes: four across the workload's 20-250 words, and a 512-word decode point. Half
-# the sizes of Session 17's design (16-512 words, workload 40-500, 24 output tokens, 5 rounds) and 8
-# output tokens: twice the rounds in about the same time. With 5 rounds a size's median of five moved
-# by up to ±15 % between runs (one slow request in three), and the workload's median rests on two sizes.
+# The design's prompt sizes: four across the workload's 20-250 words. Half the sizes of Session 17's design
+# (16-512 words, workload 40-500, 24 output tokens, 5 rounds) and 8 output tokens: twice the rounds in about
+# the same time. With 5 rounds a size's median of five moved by up to ±15 % between runs (one slow request in
+# three), and the workload's median rests on two sizes. No long-context decode point (--long-context 0): its
+# 512-word prompt took a quarter of each round, and the design prompts' own decodes (contexts 11-263) span
+# the workload's (27-261).
 PROMPT_WORDS = (8, 64, 128, 256)
-LONG_WORDS = 512
+LONG_WORDS = 0
 DECODE_TOKENS = 8
-WORKLOAD_AFTER = (2, 2, 2, 1, 1)
+WORKLOAD_AFTER = (2, 2, 2, 2)
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +199,7 @@ def llama_fit() -> LlamaFit:
 
     llama.cpp's speed follows the shared machine's load (it changed up to 3x between a calibration
     and a workload run after it), so the workload is interleaved with the calibration request by
-    request: in every round the 5 design requests are followed by 2, 2, 2, 1 and 1 workload requests
+    request: in every round the 4 design requests are followed by 2, 2, 2 and 2 workload requests
     (the workload's 8 sizes). A burst of load then hits both sides alike. Even so one request of a size
     takes 0.8-1.7x another of the same size on this VM, so the workload's own median (decided by its two
     middle sizes) moved by up to ±19 % between runs of five rounds: ten rounds now, the error is taken

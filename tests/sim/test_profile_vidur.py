@@ -136,3 +136,22 @@ def test_a_profile_of_another_model_or_tp_is_refused_with_the_fix():
     assert p.returncode == 2 and "n_kv_head 32" in p.stderr and "--model llama-3-8b has" in p.stderr, p.stderr
     with pytest.raises(UsageError, match=r"needs Vidur's mlp\.csv and attention\.csv"):
         configure(["--timing", "profile", str(VIDUR.parent)])
+
+
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
+def test_plan_takes_a_vidur_profile_through_a_sim_config(tmp_path):
+    """`slogate plan` plans an engine whose `--config` TOML names the profile: the candidate fits and is
+    planned on the profile's step times, not the roofline's."""
+    import orjson
+
+    from slogate.cli import main
+
+    cfg = tmp_path / "vidur.toml"
+    cfg.write_text(f'[sim]\ntiming = "profile"\nprofile = "{VIDUR}"\nmodel = "llama-2-7b"\ngpu = "a100-80g"\n')
+    trace = Path(__file__).resolve().parents[2] / "traces" / "samples" / "burstgpt_sample.csv"
+    out = tmp_path / "plan"
+    assert main(["plan", str(trace), "--slo", "ttft=2,tpot=0.1", "--out", str(out),
+                 "--candidates", f"a100-80g/llama-2-7b,a100-80g/llama-2-7b?config={cfg}"]) == 0
+    roof, vidur = orjson.loads((out / "plan.json").read_bytes())["candidates"]
+    assert roof["fits"] and vidur["fits"], (roof, vidur)
+    assert vidur["goodput_tokens_per_s"] != roof["goodput_tokens_per_s"]
