@@ -16,8 +16,7 @@ import msgspec
 from slogate.replay.sim import catalog
 from slogate.replay.sim.kvcache import kv_blocks_for
 from slogate.replay.sim.profile import load_profile
-from slogate.replay.sim.steptime import Linear, LinearCoefficients, Roofline, read_step_samples
-from slogate.replay.sim.vidur import VidurSteps, is_vidur_dir
+from slogate.replay.sim.steptime import Linear, LinearCoefficients, Roofline
 from slogate.traces.usage import UsageError
 
 StepFn = Callable[[int, int, int, float], float]
@@ -120,10 +119,7 @@ def build(config: SimConfig) -> EngineSpec:
         if not config.profile:
             raise UsageError("--timing profile needs a table: --timing profile steps.csv (new_tokens,seqs,kv_tokens,step_ms) "
                              "or a directory with Vidur's mlp.csv and attention.csv")
-        if is_vidur_dir(config.profile):  # a bad table fails here, before any port is bound
-            VidurSteps(config.profile, model, tp=config.tp)
-        else:
-            read_step_samples(config.profile, "--timing profile")
+        load_profile(config.profile, model, tp=config.tp)  # a bad table fails here, before any port is bound
     if config.replicas < 1:
         raise UsageError(f"--replicas must be at least 1, got {config.replicas}")
     return EngineSpec(config=config, gpu=gpu, model=model, kv_blocks=blocks, max_num_seqs=seqs,
@@ -159,9 +155,7 @@ def step_model(spec: EngineSpec, seed: int) -> StepFn:
         return Linear(c.linear, jitter=c.jitter, seed=seed)
     if c.timing == "profile":
         assert c.profile is not None
-        if is_vidur_dir(c.profile):
-            return VidurSteps(c.profile, spec.model, tp=c.tp, v0=c.scheduler == "v0", jitter=c.jitter, seed=seed)
-        return load_profile(c.profile, jitter=c.jitter, seed=seed)
+        return load_profile(c.profile, spec.model, tp=c.tp, v0=c.scheduler == "v0", jitter=c.jitter, seed=seed)
     kv_bytes = catalog.precision(c.kv_dtype).weight_bytes
     return Roofline(spec.gpu, spec.model, tp=c.tp, dtype=c.dtype, kv_bytes=kv_bytes, jitter=c.jitter, seed=seed,
                     scheduler=c.scheduler, host_step_s=c.host_step_ms / 1e3, host_seq_s=c.host_seq_us / 1e6,

@@ -128,7 +128,7 @@ def configure(argv: list[str]) -> tuple[SimConfig, ServerOptions, FaultConfig]:
     if ns.timing:
         kind, *rest = ns.timing
         if kind not in ("roofline", "constant", "linear", "profile") or len(rest) != (kind == "profile"):
-            raise UsageError(f"bad --timing {' '.join(ns.timing)!r}; use roofline, constant, linear or profile FILE")
+            raise UsageError(f"bad --timing {' '.join(ns.timing)!r}; use roofline, constant, linear or profile FILE|DIR")
         ns.timing = kind
         if rest:
             check_profile_path(rest[0])  # a bad table fails here, before any port is bound

@@ -12,8 +12,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from slogate.replay.sim.catalog import Model
 from slogate.replay.sim.steptime import fit_linear, read_step_samples
-from slogate.replay.sim.vidur import ATTENTION_FILE, MLP_FILE, is_vidur_dir
+from slogate.replay.sim.vidur import ATTENTION_FILE, MLP_FILE, VidurSteps, is_vidur_dir
 from slogate.traces.usage import UsageError
 
 NEIGHBOURS = 4
@@ -63,5 +64,9 @@ def check_profile_path(path: str) -> None:
     read_step_samples(path, "--timing profile")
 
 
-def load_profile(path: str, *, jitter: float = 0.0, seed: int = 0) -> Profile:
+def load_profile(path: str, model: Model, *, tp: int = 1, v0: bool = False, jitter: float = 0.0,
+                 seed: int = 0) -> Profile | VidurSteps:
+    """The step model of `--timing profile PATH`: a Vidur profile directory (priced for `model`) or a table."""
+    if is_vidur_dir(path):
+        return VidurSteps(path, model, tp=tp, v0=v0, jitter=jitter, seed=seed)
     return Profile(read_step_samples(path, "--timing profile"), jitter=jitter, seed=seed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from slogate.replay.sim.catalog import find_model
 from slogate.replay.sim.engine import SimConfig, SimRequest, simulate
 from slogate.replay.sim.options import configure
 from slogate.replay.sim.profile import load_profile
@@ -29,7 +30,7 @@ def table(tmp_path):
 
 
 def test_measured_rows_come_back_and_between_rows_is_between(table):
-    p = load_profile(table)
+    p = load_profile(table, find_model("llama-3-8b"))
     for line in TABLE.splitlines()[1:]:
         n, b, k, ms = line.split(",")
         assert p.step_ms(int(n), int(b), int(k)) == pytest.approx(float(ms), abs=1e-6)
