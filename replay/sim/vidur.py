@@ -1,9 +1,10 @@
 """`--timing profile DIR`: step times summed from Vidur's per-operator GPU profiles (`mlp.csv`, `attention.csv`).
 
 A Vidur profile times each operation of one transformer layer by token count (mlp.csv) and attention by
-batch and context (attention.csv). One step = the embedding + layers × (the layer's operations at the
-step's token count + its attention), each interpolated linearly between the profiled points. Reads only
-the two CSVs, once; the layer count comes from the catalog model. Pure arithmetic per step.
+batch and context (attention.csv); with tensor parallelism, its network profile (`all_reduce.csv`) times
+the all-reduce by message size. One step = the embedding + layers × (the layer's operations at the step's
+token count + its attention + two all-reduces of the step's activations), each interpolated linearly
+between the profiled points. Reads only those CSVs, once; the layer count comes from the catalog model.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from slogate.replay.sim.catalog import Model
 from slogate.traces.usage import UsageError
 
 MLP_FILE, ATTENTION_FILE = "mlp.csv", "attention.csv"
+NETWORK_FILE = "all_reduce.csv"  # from Vidur's data/profiling/network/<node>/, needed for --tp > 1
+ACTIVATION_BYTES = 2  # an fp16 activation: the all-reduce of a step moves tokens × hidden × 2 bytes
 # the operations of one layer in mlp.csv (timed by num_tokens): norms, QKV and output projections, rotary
 # embedding, the gated MLP and the residual add; `emb` (the token embedding) runs once per step
 LAYER_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
@@ -100,12 +103,29 @@ def _check_model(row: dict[str, str], model: Model, path: Path) -> None:
                          f"pass the profiled model's --model")
 
 
+def _all_reduce(path: Path, tp: int) -> Line:
+    """The all-reduce among `tp` GPUs of one node (ms) by message bytes, from Vidur's network profile."""
+    if not path.is_file():
+        raise UsageError(f"--timing profile {path.parent}: --tp {tp} needs the all-reduce times of your node: copy "
+                         f"Vidur's data/profiling/network/<node>/{NETWORK_FILE} there")
+    rows = _read(path, ("num_workers", "devices_per_node", "size", "collective", f"time_stats.all_reduce.{STAT}"))
+    points: dict[float, list[float]] = defaultdict(list)
+    for r in rows:
+        if (r["collective"] == "all_reduce" and _num(r, "num_workers", path) == tp
+                and _num(r, "devices_per_node", path) == tp):  # one node: NVLink among the tp GPUs
+            points[_num(r, "size", path)].append(_ms(r, "all_reduce"))
+    if not points:
+        raise UsageError(f"--timing profile {path}: no all-reduce among {tp} GPUs of one node")
+    return Line(points)
+
+
 class VidurSteps:
     """A step model (the engine's `step(new_tokens, seqs, kv_tokens, attn_work)`, seconds) from a Vidur
     profile. The step's shape is split into its attention calls: a step whose sequences all add one token
     is a decode batch at their mean context; with `v0` (prompt steps run only prompts) the prompts are one
     chunk of the same attention work, n(c + n/2); otherwise one prompt chunk beside seqs − 1 decodes, its
-    context solved from the step's KV tokens and attention work."""
+    context solved from the step's KV tokens and attention work. With `tp` > 1 the tables' rows for that
+    degree, and the all-reduce of DIR/all_reduce.csv."""
 
     def __init__(self, directory: str, model: Model, *, tp: int = 1, v0: bool = False, jitter: float = 0.0,
                  seed: int = 0) -> None:
@@ -114,14 +134,17 @@ class VidurSteps:
         mlp = _read(d / MLP_FILE, ("num_tokens", "num_tensor_parallel_workers", *stats))
         attn = _read(d / ATTENTION_FILE, ("batch_size", "kv_cache_size", "prefill_chunk_size", "is_prefill",
                                           "num_tensor_parallel_workers"))
-        if tp != 1:  # Vidur keeps the all-reduce in a separate network profile, not read here
-            tps = sorted({_num(r, "num_tensor_parallel_workers", d / MLP_FILE) for r in mlp})
-            raise UsageError(f"--timing profile {d}: Vidur's compute tables leave out the tensor-parallel all-reduce; "
-                             f"use --tp 1 (profiled degrees: {tps}) or a measured step table")
+        degrees = sorted({_num(r, "num_tensor_parallel_workers", d / MLP_FILE) for r in mlp}
+                         & {_num(r, "num_tensor_parallel_workers", d / ATTENTION_FILE) for r in attn})
+        if tp not in degrees:
+            raise UsageError(f"--timing profile {d}: no rows for --tp {tp} in both tables (profiled: {degrees}); "
+                             f"pass one of those")
         mlp = [r for r in mlp if _num(r, "num_tensor_parallel_workers", d / MLP_FILE) == tp]
         attn = [r for r in attn if _num(r, "num_tensor_parallel_workers", d / ATTENTION_FILE) == tp]
-        if not mlp or not attn:
-            raise UsageError(f"--timing profile {d}: no rows for {tp} tensor-parallel worker(s)")
+        self.all_reduce: Line | None = None  # ms by message bytes; two per layer
+        if tp > 1:
+            self.all_reduce = _all_reduce(d / NETWORK_FILE, tp)
+        self.hidden = model.hidden
         _check_model(mlp[0], model, d / MLP_FILE)
         layer: dict[float, list[float]] = defaultdict(list)
         step: dict[float, list[float]] = defaultdict(list)
@@ -164,6 +187,8 @@ class VidurSteps:
 
     def step_ms(self, new_tokens: float, seqs: float, kv_tokens: float, attn_work: float) -> float:
         per_layer = self.layer_ops.at(new_tokens) + self.attention_ms(new_tokens, seqs, kv_tokens, attn_work)
+        if self.all_reduce is not None:  # after the attention's output projection and after the MLP
+            per_layer += 2 * self.all_reduce.at(new_tokens * self.hidden * ACTIVATION_BYTES)
         return self.step_ops.at(new_tokens) + self.layers * per_layer
 
     def __call__(self, new_tokens: float, seqs: float, kv_tokens: float, attn_work: float) -> float:

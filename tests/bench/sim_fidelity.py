@@ -158,28 +158,33 @@ VIDUR = REPO / "tests/bench/ground_truth/vidur_a100_llama2_7b"
 
 
 def vidur_vs_roofline() -> list[dict]:
-    """Vidur's operator profile of Llama-2-7B on an A100-80GB (`--timing profile DIR`: its operations summed
-    per step) beside the roofline's step for llama-2-7b on a100-80g (V1, no jitter): decode batches over
-    contexts, prompts alone, and one V1 step mixing a prompt chunk with 31 decodes."""
+    """Vidur's operator profile of Llama-2-7B on A100-80GB (`--timing profile DIR`: its operations summed
+    per step, with TP its all-reduces on one DGX A100 node) beside the roofline's step for llama-2-7b on
+    a100-80g (V1, no jitter): decode batches over contexts, prompts alone, and one V1 step mixing a prompt
+    chunk with 31 decodes; at TP 1, 2 and 4."""
     from slogate.replay.sim.catalog import find_gpu, find_model
     from slogate.replay.sim.steptime import Roofline
     from slogate.replay.sim.vidur import VidurSteps
 
-    model = find_model("llama-2-7b")
-    vidur = VidurSteps(str(VIDUR), model)
-    roof = Roofline(find_gpu("a100-80g"), model, jitter=0.0)
+    model, gpu = find_model("llama-2-7b"), find_gpu("a100-80g")
 
     def shape(seqs: list[tuple[int, int]]) -> tuple[int, int, int, float]:  # (new tokens, context) per sequence
         return (sum(n for n, _ in seqs), len(seqs), sum(c + n for n, c in seqs), sum(n * (c + n / 2) for n, c in seqs))
 
-    cases = [(f"decode {b} x ctx {k}", shape([(1, k)] * b)) for b in (1, 8, 32, 64, 128) for k in (512, 2048)]
-    cases += [(f"prompt {n}", shape([(n, 0)])) for n in (128, 512, 2048)]
-    cases += [("chunk 512 at ctx 256 + 31 decodes at 1024", shape([(512, 256)] + [(1, 1024)] * 31))]
+    cases = {1: [(f"decode {b} x ctx {k}", shape([(1, k)] * b)) for b in (1, 8, 32, 64, 128) for k in (512, 2048)]
+             + [(f"prompt {n}", shape([(n, 0)])) for n in (128, 512, 2048)]
+             + [("chunk 512 at ctx 256 + 31 decodes at 1024", shape([(512, 256)] + [(1, 1024)] * 31))]}
+    for tp in (2, 4):
+        cases[tp] = [(f"decode {b} x ctx 2048", shape([(1, 2048)] * b)) for b in (1, 64)] + [
+            ("prompt 2048", shape([(2048, 0)]))]
     rows = []
-    for name, sh in cases:
-        v, r = vidur.step_ms(*sh), roof(*sh) * 1e3
-        rows.append({"step": name, "vidur_ms": round(v, 2), "roofline_ms": round(r, 2),
-                     "roofline_vs_vidur_pct": round(100 * (r / v - 1), 1)})
+    for tp, named in cases.items():
+        vidur = VidurSteps(str(VIDUR), model, tp=tp)
+        roof = Roofline(gpu, model, tp=tp, jitter=0.0)
+        for name, sh in named:
+            v, r = vidur.step_ms(*sh), roof(*sh) * 1e3
+            rows.append({"tp": tp, "step": name, "vidur_ms": round(v, 2), "roofline_ms": round(r, 2),
+                         "roofline_vs_vidur_pct": round(100 * (r / v - 1), 1)})
     return rows
 
 

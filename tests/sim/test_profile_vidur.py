@@ -27,9 +27,13 @@ def _median(row: dict[str, str], op: str) -> float:
     return float(v) if v else 0.0
 
 
-def _csv(name: str) -> list[dict[str, str]]:
+def _csv_tp(name: str, tp: str) -> list[dict[str, str]]:
     with (VIDUR / name).open() as f:
-        return [r for r in csv.DictReader(f) if r["num_tensor_parallel_workers"] == "1"]
+        return [r for r in csv.DictReader(f) if r["num_tensor_parallel_workers"] == tp]
+
+
+def _csv(name: str) -> list[dict[str, str]]:
+    return _csv_tp(name, "1")
 
 
 LAYER = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm", "mlp_up_proj",
@@ -127,11 +131,35 @@ async def test_a_sim_on_the_profile_streams_at_its_step_times(sim_server):
     assert tpot * 1e3 == pytest.approx(p.step_ms(1, 1, n + 30, n + 29.5), rel=0.05)
 
 
-def test_a_profile_of_another_model_or_tp_is_refused_with_the_fix():
-    p = slogate("--port", "1", "--timing", "profile", str(VIDUR), "--model", "llama-3-70b", "--gpu", "h100-sxm",
-                "--tp", "4")
+def test_tensor_parallel_steps_add_two_all_reduces_per_layer():
+    """With --tp 2 the step is the TP-2 rows' operations plus, per layer, two all-reduces of the step's
+    activations (tokens × 4096 × 2 bytes) from Vidur's network profile of one DGX A100 node; a 4096-token
+    prompt moves 32 MiB, a size the profile measured."""
+    with (VIDUR / "all_reduce.csv").open() as f:
+        ar = next(float(r["time_stats.all_reduce.median"]) for r in csv.DictReader(f)
+                  if (r["num_workers"], r["devices_per_node"], r["size"]) == ("2", "2", str(4096 * 4096 * 2)))
+    mlp = [r for r in _csv_tp("mlp.csv", "2") if r["num_tokens"] == "4096"]
+    attn = [r for r in _csv_tp("attention.csv", "2") if (r["is_prefill"], r["prefill_chunk_size"], r["kv_cache_size"])
+            == ("True", "4096", "0")]
+    assert mlp and attn
+    layer = statistics.fmean(sum(_median(r, op) for op in LAYER) for r in mlp)
+    kernel = statistics.fmean(sum(_median(r, op) for op in ("attn_input_reshape", "attn_prefill", "attn_output_reshape"))
+                              for r in attn)
+    want = statistics.fmean(_median(r, "emb") for r in mlp) + 32 * (layer + kernel + 2 * ar)
+    tp2 = VidurSteps(str(VIDUR), LLAMA2, tp=2)
+    assert tp2.step_ms(4096, 1, 4096, 4096 * 2048) == pytest.approx(want, rel=1e-9)
+    one = VidurSteps(str(VIDUR), LLAMA2)
+    assert tp2.step_ms(4096, 1, 4096, 4096 * 2048) < 0.75 * one.step_ms(4096, 1, 4096, 4096 * 2048)  # compute-bound: split
+
+
+def test_a_profile_of_another_model_or_tp_is_refused_with_the_fix(tmp_path):
+    p = slogate("--port", "1", "--timing", "profile", str(VIDUR), "--model", "llama-2-7b", "--tp", "8")
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
-    assert "--tp 1" in p.stderr, p.stderr
+    assert "no rows for --tp 8 in both tables (profiled: [1, 2, 4])" in p.stderr, p.stderr
+    for name in ("mlp.csv", "attention.csv"):  # no all_reduce.csv beside them
+        (tmp_path / name).write_bytes((VIDUR / name).read_bytes())
+    p = slogate("--port", "1", "--timing", "profile", str(tmp_path), "--model", "llama-2-7b", "--tp", "2")
+    assert p.returncode == 2 and "--tp 2 needs the all-reduce times of your node" in p.stderr, p.stderr
     p = slogate("--port", "1", "--timing", "profile", str(VIDUR), "--model", "llama-3-8b")  # 8 KV heads, not 32
     assert p.returncode == 2 and "n_kv_head 32" in p.stderr and "--model llama-3-8b has" in p.stderr, p.stderr
     with pytest.raises(UsageError, match=r"needs Vidur's mlp\.csv and attention\.csv"):
