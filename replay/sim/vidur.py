@@ -119,6 +119,42 @@ def _all_reduce(path: Path, tp: int) -> Line:
     return Line(points)
 
 
+def _compute_tables(d: Path, model: Model, tp: int) -> tuple[Line, Line, Surface, Surface]:
+    """mlp.csv and attention.csv at `tp`: one layer's operations and the embedding by token count (ms), and
+    one layer's attention for decodes (batch, context) and prompt chunks (tokens, context)."""
+    stats = tuple(f"time_stats.{op}.{STAT}" for op in (*LAYER_OPS, *STEP_OPS))
+    mlp = _read(d / MLP_FILE, ("num_tokens", "num_tensor_parallel_workers", *stats))
+    attn = _read(d / ATTENTION_FILE, ("batch_size", "kv_cache_size", "prefill_chunk_size", "is_prefill",
+                                      "num_tensor_parallel_workers"))
+    degrees = sorted({_num(r, "num_tensor_parallel_workers", d / MLP_FILE) for r in mlp}
+                     & {_num(r, "num_tensor_parallel_workers", d / ATTENTION_FILE) for r in attn})
+    if tp not in degrees:
+        raise UsageError(f"--timing profile {d}: no rows for --tp {tp} in both tables (profiled: {degrees}); "
+                         f"pass one of those")
+    mlp = [r for r in mlp if _num(r, "num_tensor_parallel_workers", d / MLP_FILE) == tp]
+    attn = [r for r in attn if _num(r, "num_tensor_parallel_workers", d / ATTENTION_FILE) == tp]
+    _check_model(mlp[0], model, d / MLP_FILE)
+    layer: dict[float, list[float]] = defaultdict(list)
+    step: dict[float, list[float]] = defaultdict(list)
+    for r in mlp:
+        n = _num(r, "num_tokens", d / MLP_FILE)
+        layer[n].append(sum(_ms(r, op) for op in LAYER_OPS))
+        step[n].append(sum(_ms(r, op) for op in STEP_OPS))
+    decode: dict[float, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    prefill: dict[float, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in attn:
+        k = _num(r, "kv_cache_size", d / ATTENTION_FILE)
+        around = sum(_ms(r, op) for op in ATTN_OPS)
+        if r["is_prefill"].strip().lower() == "true":  # b chunks of n tokens, each after k of context
+            n = _num(r, "prefill_chunk_size", d / ATTENTION_FILE) * _num(r, "batch_size", d / ATTENTION_FILE)
+            prefill[n][k].append(_ms(r, "attn_prefill") + around)
+        else:  # b sequences, each at context k
+            decode[_num(r, "batch_size", d / ATTENTION_FILE)][k].append(_ms(r, "attn_decode") + around)
+    if not decode or not prefill:
+        raise UsageError(f"--timing profile {d / ATTENTION_FILE}: needs both decode and prefill rows")
+    return Line(layer), Line(step), Surface(decode), Surface(prefill)
+
+
 class VidurSteps:
     """A step model (the engine's `step(new_tokens, seqs, kv_tokens, attn_work)`, seconds) from a Vidur
     profile. The step's shape is split into its attention calls: a step whose sequences all add one token
@@ -129,43 +165,11 @@ class VidurSteps:
 
     def __init__(self, directory: str, model: Model, *, tp: int = 1, v0: bool = False, jitter: float = 0.0,
                  seed: int = 0) -> None:
-        d = Path(directory)
-        stats = tuple(f"time_stats.{op}.{STAT}" for op in (*LAYER_OPS, *STEP_OPS))
-        mlp = _read(d / MLP_FILE, ("num_tokens", "num_tensor_parallel_workers", *stats))
-        attn = _read(d / ATTENTION_FILE, ("batch_size", "kv_cache_size", "prefill_chunk_size", "is_prefill",
-                                          "num_tensor_parallel_workers"))
-        degrees = sorted({_num(r, "num_tensor_parallel_workers", d / MLP_FILE) for r in mlp}
-                         & {_num(r, "num_tensor_parallel_workers", d / ATTENTION_FILE) for r in attn})
-        if tp not in degrees:
-            raise UsageError(f"--timing profile {d}: no rows for --tp {tp} in both tables (profiled: {degrees}); "
-                             f"pass one of those")
-        mlp = [r for r in mlp if _num(r, "num_tensor_parallel_workers", d / MLP_FILE) == tp]
-        attn = [r for r in attn if _num(r, "num_tensor_parallel_workers", d / ATTENTION_FILE) == tp]
+        self.layer_ops, self.step_ops, self.decode, self.prefill = _compute_tables(Path(directory), model, tp)
         self.all_reduce: Line | None = None  # ms by message bytes; two per layer
         if tp > 1:
-            self.all_reduce = _all_reduce(d / NETWORK_FILE, tp)
+            self.all_reduce = _all_reduce(Path(directory) / NETWORK_FILE, tp)
         self.hidden = model.hidden
-        _check_model(mlp[0], model, d / MLP_FILE)
-        layer: dict[float, list[float]] = defaultdict(list)
-        step: dict[float, list[float]] = defaultdict(list)
-        for r in mlp:
-            n = _num(r, "num_tokens", d / MLP_FILE)
-            layer[n].append(sum(_ms(r, op) for op in LAYER_OPS))
-            step[n].append(sum(_ms(r, op) for op in STEP_OPS))
-        self.layer_ops, self.step_ops = Line(layer), Line(step)
-        decode: dict[float, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-        prefill: dict[float, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for r in attn:
-            k = _num(r, "kv_cache_size", d / ATTENTION_FILE)
-            around = sum(_ms(r, op) for op in ATTN_OPS)
-            if r["is_prefill"].strip().lower() == "true":  # one chunk of n tokens after k of context
-                n = _num(r, "prefill_chunk_size", d / ATTENTION_FILE) * _num(r, "batch_size", d / ATTENTION_FILE)
-                prefill[n][k].append(_ms(r, "attn_prefill") + around)
-            else:  # b sequences, each at context k
-                decode[_num(r, "batch_size", d / ATTENTION_FILE)][k].append(_ms(r, "attn_decode") + around)
-        if not decode or not prefill:
-            raise UsageError(f"--timing profile {d / ATTENTION_FILE}: needs both decode and prefill rows")
-        self.decode, self.prefill = Surface(decode), Surface(prefill)
         self.layers = model.layers
         self.v0 = v0
         self.jitter = jitter
