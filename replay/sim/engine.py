@@ -167,6 +167,7 @@ class Engine:
             return
         clock, sched, step = self.clock, self.sched, self.step_fn
         assert step is not None
+        of_batch = getattr(step, "of_batch", None)  # a model that prices each sequence (replay.sim.vidur)
         coalesce = self.coalesce and not clock.real and self.scale is None
         t = clock.now()
         while not self.stopped:
@@ -197,7 +198,10 @@ class Engine:
                 if head.on_finish is not None:
                     head.on_finish(head, t)
                 continue
-            dt = step(sched.new_tokens, len(sched.batch), sched.kv_tokens, sched.attn_work)
+            if of_batch is None:
+                dt = step(sched.new_tokens, len(sched.batch), sched.kv_tokens, sched.attn_work)
+            else:
+                dt = of_batch(sched.new_tokens, sched.batch, sched.batch_tokens)
             if self.scale is not None:
                 dt *= self.scale(t)
             t_end = t + dt

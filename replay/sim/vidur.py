@@ -14,7 +14,9 @@ import csv
 import math
 import random
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from slogate.replay.sim.catalog import Model
 from slogate.traces.usage import UsageError
@@ -156,12 +158,13 @@ def _compute_tables(d: Path, model: Model, tp: int) -> tuple[Line, Line, Surface
 
 
 class VidurSteps:
-    """A step model (the engine's `step(new_tokens, seqs, kv_tokens, attn_work)`, seconds) from a Vidur
-    profile. The step's shape is split into its attention calls: a step whose sequences all add one token
-    is a decode batch at their mean context; with `v0` (prompt steps run only prompts) the prompts are one
-    chunk of the same attention work, n(c + n/2); otherwise one prompt chunk beside seqs − 1 decodes, its
-    context solved from the step's KV tokens and attention work. With `tp` > 1 the tables' rows for that
-    degree, and the all-reduce of DIR/all_reduce.csv."""
+    """A step model from a Vidur profile. The engine prices each step with its sequences (`of_batch`). From
+    a step's totals alone (`step(new_tokens, seqs, kv_tokens, attn_work)`, as the engine's runs of plain decode
+    steps call it) the shape is split into attention calls: sequences that all add one token are a decode
+    batch at their mean context; with `v0` (prompt steps run only prompts) the prompts are one chunk of the
+    same attention work, n(c + n/2); otherwise one prompt chunk beside seqs − 1 decodes, its context solved
+    from the step's KV tokens and attention work. With `tp` > 1 the tables' rows for that degree, and the
+    all-reduce of DIR/all_reduce.csv."""
 
     def __init__(self, directory: str, model: Model, *, tp: int = 1, v0: bool = False, jitter: float = 0.0,
                  seed: int = 0) -> None:
@@ -189,14 +192,44 @@ class VidurSteps:
         kv_decode = max(kv_tokens - c - n, d)
         return self.prefill.at(n, c) + self.decode.at(d, kv_decode / d - 1)
 
+    def batch_attention_ms(self, batch: Sequence[Any], batch_tokens: Sequence[int]) -> float:
+        """One layer's attention calls for a step's sequences (`num_computed` tokens of context each, adding
+        `batch_tokens`): the decodes as one batch at their mean context, the prompt chunks as one call (a
+        single chunk at its context; several as one chunk of their summed attention work, n(c + n/2) each)."""
+        decodes = context = 0
+        chunks: list[tuple[int, int]] = []
+        for req, n in zip(batch, batch_tokens, strict=True):
+            if n == 1:
+                decodes += 1
+                context += req.num_computed
+            else:
+                chunks.append((n, req.num_computed))
+        ms = self.decode.at(decodes, context / decodes) if decodes else 0.0
+        if len(chunks) == 1:
+            ms += self.prefill.at(*chunks[0])
+        elif chunks:
+            ms += self.prefill.at(math.sqrt(2 * sum(n * (c + n / 2) for n, c in chunks)), 0.0)
+        return ms
+
     def step_ms(self, new_tokens: float, seqs: float, kv_tokens: float, attn_work: float) -> float:
-        per_layer = self.layer_ops.at(new_tokens) + self.attention_ms(new_tokens, seqs, kv_tokens, attn_work)
+        return self._total_ms(new_tokens, self.attention_ms(new_tokens, seqs, kv_tokens, attn_work))
+
+    def _total_ms(self, new_tokens: float, attention_ms: float) -> float:
+        per_layer = self.layer_ops.at(new_tokens) + attention_ms
         if self.all_reduce is not None:  # after the attention's output projection and after the MLP
             per_layer += 2 * self.all_reduce.at(new_tokens * self.hidden * ACTIVATION_BYTES)
         return self.step_ops.at(new_tokens) + self.layers * per_layer
 
-    def __call__(self, new_tokens: float, seqs: float, kv_tokens: float, attn_work: float) -> float:
-        t = max(self.step_ms(new_tokens, seqs, kv_tokens, attn_work), 1e-3) / 1e3
+    def _seconds(self, ms: float) -> float:
+        t = max(ms, 1e-3) / 1e3
         if self.jitter:
             t *= 1.0 + self.jitter * max(-3.0, min(3.0, self._rng.gauss(0.0, 1.0)))
         return t
+
+    def __call__(self, new_tokens: float, seqs: float, kv_tokens: float, attn_work: float) -> float:
+        return self._seconds(self.step_ms(new_tokens, seqs, kv_tokens, attn_work))
+
+    def of_batch(self, new_tokens: int, batch: Sequence[Any], batch_tokens: Sequence[int]) -> float:
+        """The engine's step with its sequences (seconds): each one's attention call is known, where the
+        totals of __call__ leave a step with several prompt chunks to estimate."""
+        return self._seconds(self._total_ms(new_tokens, self.batch_attention_ms(batch, batch_tokens)))

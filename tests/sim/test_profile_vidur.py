@@ -131,6 +131,29 @@ async def test_a_sim_on_the_profile_streams_at_its_step_times(sim_server):
     assert tpot * 1e3 == pytest.approx(p.step_ms(1, 1, n + 30, n + 29.5), rel=0.05)
 
 
+class _Seq:
+    """A running request as the scheduler hands it to the step model: its tokens computed so far."""
+
+    def __init__(self, num_computed: int) -> None:
+        self.num_computed = num_computed
+
+
+def test_the_engine_prices_each_sequence_and_agrees_with_the_totals():
+    """The engine passes a step's sequences (`of_batch`): with at most one prompt chunk that is the very
+    price the totals give; with two prompt chunks beside decodes, each kind is its own attention call
+    (the totals would take one of the prompts for a decode)."""
+    steps = VidurSteps(str(VIDUR), LLAMA2)
+    one = [(512, 256)] + [(1, 1024)] * 31
+    batch, tokens = [_Seq(c) for _, c in one], [n for n, _ in one]
+    assert steps.of_batch(543, batch, tokens) * 1e3 == pytest.approx(steps.step_ms(*_shape(one)), rel=1e-9)
+    two = [(300, 0), (200, 100)] + [(1, 800)] * 30
+    batch, tokens = [_Seq(c) for _, c in two], [n for n, _ in two]
+    work = 300 * 150 + 200 * (100 + 100)
+    want = steps.decode.at(30, 800) + steps.prefill.at(math.sqrt(2 * work), 0)
+    assert steps.batch_attention_ms(batch, tokens) == pytest.approx(want, rel=1e-9)
+    assert steps.of_batch(530, batch, tokens) * 1e3 == pytest.approx(steps._total_ms(530, want), rel=1e-9)
+
+
 def test_tensor_parallel_steps_add_two_all_reduces_per_layer():
     """With --tp 2 the step is the TP-2 rows' operations plus, per layer, two all-reduces of the step's
     activations (tokens × 4096 × 2 bytes) from Vidur's network profile of one DGX A100 node; a 4096-token
