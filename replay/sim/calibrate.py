@@ -278,7 +278,9 @@ def fit_spread(cal: Calibration) -> dict[str, tuple[float, float]]:
         model = model_ms(cal.linear, cal.ttft_overhead_ms, s)
         if model > 0:
             errors.setdefault("TTFT" if s.kind == "prefill" else "TPOT", []).append(abs(s.step_ms / model - 1))
-    return {k: (percentile(sorted(v), 50), percentile(sorted(v), 90)) for k, v in errors.items()}
+    for v in errors.values():
+        v.sort()
+    return {k: (percentile(v, 50), percentile(v, 90)) for k, v in errors.items()}
 
 
 def spread_text(spread: dict[str, tuple[float, float]]) -> str:
@@ -287,12 +289,14 @@ def spread_text(spread: dict[str, tuple[float, float]]) -> str:
                      for k, (p50, p90) in spread.items())
 
 
-def to_toml(cal: Calibration, url: str) -> str:
+def to_toml(cal: Calibration, url: str, spread: dict[str, tuple[float, float]] | None = None) -> str:
+    """The `slogate sim --config` file of a calibration; its comment holds the fit spread (`fit_spread`,
+    computed here unless the caller has it)."""
     c = cal.linear
     lines = [f"# slogate sim calibrate --target {url}: step ms = A + B·new_tokens + C·seqs + D·kv_tokens"
              " + E·attn_work",
              f"# client-side TTFT overhead {cal.ttft_overhead_ms:.3f} ms (not part of the engine step)",
-             f"# {spread_text(fit_spread(cal))}",
+             f"# {spread_text(spread if spread is not None else fit_spread(cal))}",
              "# design samples, one per request (kind, new_tokens, seqs, kv_tokens, measured ms):"]
     lines += [f"#   {s.kind} {s.new_tokens} {s.seqs} {s.kv_tokens} {s.step_ms:.3f}" for s in cal.samples]
     lines += ["[sim]", 'timing = "linear"', "jitter = 0.0"]
@@ -339,11 +343,11 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--target {ns.target!r} is not a URL; use e.g. http://127.0.0.1:8000")
     cal = asyncio.run(calibrate(ns.target, model=ns.model, prompt_words=sizes, batches=batches,
                                 long_words=ns.long_context, repeats=ns.repeats))
-    Path(ns.out).write_text(to_toml(cal, ns.target))
+    spread = fit_spread(cal)
+    Path(ns.out).write_text(to_toml(cal, ns.target, spread))
     c = cal.linear
     print(f"slogate sim calibrate: step ms = {c.a_ms:.4g} + {c.b_ms:.4g}·new_tokens + {c.c_ms:.4g}·seqs + "
           f"{c.d_ms:.4g}·kv_tokens + {c.e_ms:.3g}·attn_work; wrote {ns.out} (use: slogate sim --config {ns.out})", file=sys.stderr)
-    spread = fit_spread(cal)
     print(f"slogate sim calibrate: {spread_text(spread)}", file=sys.stderr)
     worst = max((p50 for p50, _ in spread.values()), default=0.0)
     if worst > NOISY:

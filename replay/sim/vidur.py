@@ -38,6 +38,16 @@ def is_vidur_dir(path: str) -> bool:
     return p.is_dir() and (p / MLP_FILE).is_file() and (p / ATTENTION_FILE).is_file()
 
 
+def _between(xs: list[float], x: float, y0: float, y1: float, i: int) -> float:
+    """The value at x on the line through (xs[i-1], y0) and (xs[i], y1)."""
+    return y0 + (x - xs[i - 1]) * (y1 - y0) / (xs[i] - xs[i - 1])
+
+
+def _interval(xs: list[float], x: float) -> int:
+    """i such that x lies in [xs[i-1], xs[i]], or beyond the first or last interval (at least two xs)."""
+    return min(max(bisect.bisect_right(xs, x), 1), len(xs) - 1)
+
+
 class Line:
     """y(x) linear between points, extended past either end along its last interval."""
 
@@ -49,9 +59,8 @@ class Line:
         xs, ys = self.x, self.y
         if len(xs) == 1:
             return ys[0]
-        i = min(max(bisect.bisect_right(xs, x), 1), len(xs) - 1)
-        x0, x1 = xs[i - 1], xs[i]
-        return ys[i - 1] + (x - x0) * (ys[i] - ys[i - 1]) / (x1 - x0)
+        i = _interval(xs, x)
+        return _between(xs, x, ys[i - 1], ys[i], i)
 
 
 class Surface:
@@ -66,9 +75,8 @@ class Surface:
         xs = self.x
         if len(xs) == 1:
             return self.rows[0].at(y)
-        i = min(max(bisect.bisect_right(xs, x), 1), len(xs) - 1)
-        z0, z1 = self.rows[i - 1].at(y), self.rows[i].at(y)
-        return z0 + (x - xs[i - 1]) * (z1 - z0) / (xs[i] - xs[i - 1])
+        i = _interval(xs, x)
+        return _between(xs, x, self.rows[i - 1].at(y), self.rows[i].at(y), i)
 
 
 def _read(path: Path, needed: tuple[str, ...]) -> list[dict[str, str]]:

@@ -163,18 +163,17 @@ def vidur_vs_roofline() -> list[dict]:
     from slogate.replay.sim.catalog import find_gpu, find_model
     from slogate.replay.sim.steptime import Roofline
     from slogate.replay.sim.vidur import VidurSteps
+    from tests.sim.test_profile_vidur import (
+        step_totals,  # (new tokens, context) per sequence -> the step's totals
+    )
 
     model, gpu = find_model("llama-2-7b"), find_gpu("a100-80g")
-
-    def shape(seqs: list[tuple[int, int]]) -> tuple[int, int, int, float]:  # (new tokens, context) per sequence
-        return (sum(n for n, _ in seqs), len(seqs), sum(c + n for n, c in seqs), sum(n * (c + n / 2) for n, c in seqs))
-
-    cases = {1: [(f"decode {b} x ctx {k}", shape([(1, k)] * b)) for b in (1, 8, 32, 64, 128) for k in (512, 2048)]
-             + [(f"prompt {n}", shape([(n, 0)])) for n in (128, 512, 2048)]
-             + [("chunk 512 at ctx 256 + 31 decodes at 1024", shape([(512, 256)] + [(1, 1024)] * 31))]}
+    cases = {1: [(f"decode {b} x ctx {k}", step_totals([(1, k)] * b)) for b in (1, 8, 32, 64, 128) for k in (512, 2048)]
+             + [(f"prompt {n}", step_totals([(n, 0)])) for n in (128, 512, 2048)]
+             + [("chunk 512 at ctx 256 + 31 decodes at 1024", step_totals([(512, 256)] + [(1, 1024)] * 31))]}
     for tp in (2, 4):
-        cases[tp] = [(f"decode {b} x ctx 2048", shape([(1, 2048)] * b)) for b in (1, 64)] + [
-            ("prompt 2048", shape([(2048, 0)]))]
+        cases[tp] = [(f"decode {b} x ctx 2048", step_totals([(1, 2048)] * b)) for b in (1, 64)] + [
+            ("prompt 2048", step_totals([(2048, 0)]))]
     rows = []
     for tp, named in cases.items():
         vidur = VidurSteps(str(VIDUR), model, tp=tp)

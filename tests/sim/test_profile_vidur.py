@@ -77,7 +77,7 @@ def test_profiled_steps_are_the_sum_of_their_operations():
     assert 9.0 < steps.step_ms(1, 1, 33, 32.5) < 10.5
 
 
-def _shape(seqs: list[tuple[int, int]]) -> tuple[int, int, int, float]:
+def step_totals(seqs: list[tuple[int, int]]) -> tuple[int, int, int, float]:
     """A step's shape as the scheduler sums it from (new tokens, context) per sequence."""
     return (sum(n for n, _ in seqs), len(seqs), sum(c + n for n, c in seqs), sum(n * (c + n / 2) for n, c in seqs))
 
@@ -87,13 +87,13 @@ def test_a_mixed_step_is_its_prompt_chunk_plus_its_decode_batch():
     chunk at its context plus the decode call for the others at their mean context (recovered from the
     step's totals); with V0, a step of several prompts is one chunk of the same attention work."""
     steps = VidurSteps(str(VIDUR), LLAMA2)
-    mixed = steps.attention_ms(*_shape([(512, 256)] + [(1, 1024)] * 31))
+    mixed = steps.attention_ms(*step_totals([(512, 256)] + [(1, 1024)] * 31))
     assert mixed == pytest.approx(steps.prefill.at(512, 256) + steps.decode.at(31, 1024), rel=1e-9)
-    assert steps.attention_ms(*_shape([(1, 300), (1, 500)])) == pytest.approx(steps.decode.at(2, 400), rel=1e-9)
+    assert steps.attention_ms(*step_totals([(1, 300), (1, 500)])) == pytest.approx(steps.decode.at(2, 400), rel=1e-9)
     v0 = VidurSteps(str(VIDUR), LLAMA2, v0=True)
-    three = v0.attention_ms(*_shape([(256, 0)] * 3))
+    three = v0.attention_ms(*step_totals([(256, 0)] * 3))
     assert three == pytest.approx(v0.prefill.at(math.sqrt(3) * 256, 0), rel=1e-9)
-    assert steps.step_ms(*_shape([(1, 2000)] * 64)) > 1.5 * steps.step_ms(*_shape([(1, 200)] * 64))  # the KV read
+    assert steps.step_ms(*step_totals([(1, 2000)] * 64)) > 1.5 * steps.step_ms(*step_totals([(1, 200)] * 64))  # the KV read
 
 
 async def _stream(http: aiohttp.ClientSession, url: str, words: int, tokens: int) -> tuple[list[float], int]:
@@ -145,7 +145,7 @@ def test_the_engine_prices_each_sequence_and_agrees_with_the_totals():
     steps = VidurSteps(str(VIDUR), LLAMA2)
     one = [(512, 256)] + [(1, 1024)] * 31
     batch, tokens = [_Seq(c) for _, c in one], [n for n, _ in one]
-    assert steps.of_batch(543, batch, tokens) * 1e3 == pytest.approx(steps.step_ms(*_shape(one)), rel=1e-9)
+    assert steps.of_batch(543, batch, tokens) * 1e3 == pytest.approx(steps.step_ms(*step_totals(one)), rel=1e-9)
     two = [(300, 0), (200, 100)] + [(1, 800)] * 30
     batch, tokens = [_Seq(c) for _, c in two], [n for n, _ in two]
     work = 300 * 150 + 200 * (100 + 100)
