@@ -4,19 +4,21 @@ A Vidur profile times each operation of one transformer layer by token count (ml
 batch and context (attention.csv); with tensor parallelism, its network profile (`all_reduce.csv`) times
 the all-reduce by message size. One step = the embedding + layers × (the layer's operations at the step's
 token count + its attention + two all-reduces of the step's activations), each interpolated linearly
-between the profiled points. Reads only those CSVs, once; the layer count comes from the catalog model.
+between the profiled points. Reads only those CSVs, once per process (the tables are shared, never
+changed after parsing); the layer count comes from the catalog model.
 """
 
 from __future__ import annotations
 
 import bisect
 import csv
+import functools
 import math
 import random
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from slogate.replay.sim.catalog import Model
 from slogate.traces.usage import UsageError
@@ -91,10 +93,17 @@ def _read(path: Path, needed: tuple[str, ...]) -> list[dict[str, str]]:
     return rows
 
 
-def _ms(row: dict[str, str], op: str) -> float:
+def _ms(row: dict[str, str], op: str, path: Path) -> float:
     """An operation's time (ms) in a row; empty (not run in this row) is 0."""
-    v = row.get(f"time_stats.{op}.{STAT}", "")
-    return float(v) if v else 0.0
+    key = f"time_stats.{op}.{STAT}"
+    v = row.get(key) or ""
+    try:
+        ms = float(v) if v else 0.0
+    except ValueError:
+        ms = -1.0
+    if not 0.0 <= ms < math.inf:
+        raise UsageError(f"--timing profile {path}: bad {key} {v!r} (a time in ms, or empty)")
+    return ms
 
 
 def _num(row: dict[str, str], key: str, path: Path) -> int:
@@ -104,11 +113,10 @@ def _num(row: dict[str, str], key: str, path: Path) -> int:
         raise UsageError(f"--timing profile {path}: bad {key} {row.get(key)!r}") from None
 
 
-def _check_model(row: dict[str, str], model: Model, path: Path) -> None:
+def _check_model(have: dict[str, int], model: Model, directory: str) -> None:
     want = {"n_embd": model.hidden, "n_head": model.heads, "n_kv_head": model.kv_heads}
-    have = {k: _num(row, k, path) for k in want if k in row}
     if any(v != want[k] for k, v in have.items()):
-        raise UsageError(f"--timing profile {path.parent}: profiled for {', '.join(f'{k} {v}' for k, v in have.items())}, "
+        raise UsageError(f"--timing profile {directory}: profiled for {', '.join(f'{k} {v}' for k, v in have.items())}, "
                          f"but --model {model.name} has {', '.join(f'{k} {want[k]}' for k in have)}; "
                          f"pass the profiled model's --model")
 
@@ -123,46 +131,84 @@ def _all_reduce(path: Path, tp: int) -> Line:
     for r in rows:
         if (r["collective"] == "all_reduce" and _num(r, "num_workers", path) == tp
                 and _num(r, "devices_per_node", path) == tp):  # one node: NVLink among the tp GPUs
-            points[_num(r, "size", path)].append(_ms(r, "all_reduce"))
+            points[_num(r, "size", path)].append(_ms(r, "all_reduce", path))
     if not points:
         raise UsageError(f"--timing profile {path}: no all-reduce among {tp} GPUs of one node")
     return Line(points)
 
 
-def _compute_tables(d: Path, model: Model, tp: int) -> tuple[Line, Line, Surface, Surface]:
-    """mlp.csv and attention.csv at `tp`: one layer's operations and the embedding by token count (ms), and
-    one layer's attention for decodes (batch, context) and prompt chunks (tokens, context)."""
+class Tables(NamedTuple):
+    """A profile parsed at one TP degree: what VidurSteps interpolates, and the profiled model's shape."""
+    shape: dict[str, int]  # n_embd, n_head, n_kv_head as profiled (those the CSV has)
+    layer_ops: Line  # one layer's operations by token count (ms)
+    step_ops: Line  # the embedding by token count (ms)
+    decode: Surface  # one layer's decode attention by (batch, context)
+    prefill: Surface  # one layer's prompt-chunk attention by (tokens, context)
+    all_reduce: Line | None  # ms by message bytes, with tp > 1
+
+
+def _stamp(d: Path) -> tuple[tuple[int, int] | None, ...]:
+    """The profile's files as they are now (a file rewritten since is read again)."""
+    out = []
+    for name in (MLP_FILE, ATTENTION_FILE, NETWORK_FILE):
+        try:
+            st = (d / name).stat()
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def tables(directory: str, tp: int) -> Tables:
+    """The profile at `tp`, parsed once per process: the start-up check and every replica share it."""
+    d = Path(directory).resolve()
+    return _parse(d, tp, _stamp(d))
+
+
+@functools.lru_cache(maxsize=8)
+def _parse(d: Path, tp: int, stamp: tuple[tuple[int, int] | None, ...]) -> Tables:
+    mlp_path = d / MLP_FILE
+    layer_ops, step_ops, decode, prefill, first = _compute_tables(d, tp)
+    want = ("n_embd", "n_head", "n_kv_head")
+    shape = {k: _num(first, k, mlp_path) for k in want if k in first}
+    all_reduce = _all_reduce(d / NETWORK_FILE, tp) if tp > 1 else None
+    return Tables(shape, layer_ops, step_ops, decode, prefill, all_reduce)
+
+
+def _compute_tables(d: Path, tp: int) -> tuple[Line, Line, Surface, Surface, dict[str, str]]:
+    """mlp.csv and attention.csv at `tp`: one layer's operations and the embedding by token count (ms), one
+    layer's attention for decodes (batch, context) and prompt chunks (tokens, context), and mlp's first row."""
+    mlp_path, attn_path = d / MLP_FILE, d / ATTENTION_FILE
     stats = tuple(f"time_stats.{op}.{STAT}" for op in (*LAYER_OPS, *STEP_OPS))
-    mlp = _read(d / MLP_FILE, ("num_tokens", "num_tensor_parallel_workers", *stats))
-    attn = _read(d / ATTENTION_FILE, ("batch_size", "kv_cache_size", "prefill_chunk_size", "is_prefill",
+    mlp = _read(mlp_path, ("num_tokens", "num_tensor_parallel_workers", *stats))
+    attn = _read(attn_path, ("batch_size", "kv_cache_size", "prefill_chunk_size", "is_prefill",
                                       "num_tensor_parallel_workers"))
-    degrees = sorted({_num(r, "num_tensor_parallel_workers", d / MLP_FILE) for r in mlp}
-                     & {_num(r, "num_tensor_parallel_workers", d / ATTENTION_FILE) for r in attn})
+    degrees = sorted({_num(r, "num_tensor_parallel_workers", mlp_path) for r in mlp}
+                     & {_num(r, "num_tensor_parallel_workers", attn_path) for r in attn})
     if tp not in degrees:
         raise UsageError(f"--timing profile {d}: no rows for --tp {tp} in both tables (profiled: {degrees}); "
                          f"pass one of those")
-    mlp = [r for r in mlp if _num(r, "num_tensor_parallel_workers", d / MLP_FILE) == tp]
-    attn = [r for r in attn if _num(r, "num_tensor_parallel_workers", d / ATTENTION_FILE) == tp]
-    _check_model(mlp[0], model, d / MLP_FILE)
+    mlp = [r for r in mlp if _num(r, "num_tensor_parallel_workers", mlp_path) == tp]
+    attn = [r for r in attn if _num(r, "num_tensor_parallel_workers", attn_path) == tp]
     layer: dict[float, list[float]] = defaultdict(list)
     step: dict[float, list[float]] = defaultdict(list)
     for r in mlp:
-        n = _num(r, "num_tokens", d / MLP_FILE)
-        layer[n].append(sum(_ms(r, op) for op in LAYER_OPS))
-        step[n].append(sum(_ms(r, op) for op in STEP_OPS))
+        n = _num(r, "num_tokens", mlp_path)
+        layer[n].append(sum(_ms(r, op, mlp_path) for op in LAYER_OPS))
+        step[n].append(sum(_ms(r, op, mlp_path) for op in STEP_OPS))
     decode: dict[float, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     prefill: dict[float, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in attn:
-        k = _num(r, "kv_cache_size", d / ATTENTION_FILE)
-        around = sum(_ms(r, op) for op in ATTN_OPS)
+        k = _num(r, "kv_cache_size", attn_path)
+        around = sum(_ms(r, op, attn_path) for op in ATTN_OPS)
         if r["is_prefill"].strip().lower() == "true":  # b chunks of n tokens, each after k of context
-            n = _num(r, "prefill_chunk_size", d / ATTENTION_FILE) * _num(r, "batch_size", d / ATTENTION_FILE)
-            prefill[n][k].append(_ms(r, "attn_prefill") + around)
+            n = _num(r, "prefill_chunk_size", attn_path) * _num(r, "batch_size", attn_path)
+            prefill[n][k].append(_ms(r, "attn_prefill", attn_path) + around)
         else:  # b sequences, each at context k
-            decode[_num(r, "batch_size", d / ATTENTION_FILE)][k].append(_ms(r, "attn_decode") + around)
+            decode[_num(r, "batch_size", attn_path)][k].append(_ms(r, "attn_decode", attn_path) + around)
     if not decode or not prefill:
-        raise UsageError(f"--timing profile {d / ATTENTION_FILE}: needs both decode and prefill rows")
-    return Line(layer), Line(step), Surface(decode), Surface(prefill)
+        raise UsageError(f"--timing profile {attn_path}: needs both decode and prefill rows")
+    return Line(layer), Line(step), Surface(decode), Surface(prefill), mlp[0]
 
 
 class VidurSteps:
@@ -176,10 +222,10 @@ class VidurSteps:
 
     def __init__(self, directory: str, model: Model, *, tp: int = 1, v0: bool = False, jitter: float = 0.0,
                  seed: int = 0) -> None:
-        self.layer_ops, self.step_ops, self.decode, self.prefill = _compute_tables(Path(directory), model, tp)
-        self.all_reduce: Line | None = None  # ms by message bytes; two per layer
-        if tp > 1:
-            self.all_reduce = _all_reduce(Path(directory) / NETWORK_FILE, tp)
+        t = tables(directory, tp)
+        _check_model(t.shape, model, directory)
+        self.layer_ops, self.step_ops, self.decode, self.prefill = t.layer_ops, t.step_ops, t.decode, t.prefill
+        self.all_reduce = t.all_reduce  # ms by message bytes; two per layer
         self.hidden = model.hidden
         self.layers = model.layers
         self.v0 = v0

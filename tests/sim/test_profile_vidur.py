@@ -14,7 +14,7 @@ import pytest
 
 from slogate.replay.sim.catalog import find_model
 from slogate.replay.sim.options import configure
-from slogate.replay.sim.vidur import VidurSteps
+from slogate.replay.sim.vidur import VidurSteps, tables
 from slogate.traces.usage import UsageError
 from tests.sim.test_cli import slogate
 
@@ -175,6 +175,20 @@ def test_tensor_parallel_steps_add_two_all_reduces_per_layer():
     assert tp2.step_ms(4096, 1, 4096, 4096 * 2048) < 0.75 * one.step_ms(4096, 1, 4096, 4096 * 2048)  # compute-bound: split
 
 
+def test_the_profile_is_parsed_once_and_again_after_a_change(tmp_path):
+    """Start-up check and replicas share one parse; a rewritten file is read again."""
+    for name in ("mlp.csv", "attention.csv"):
+        (tmp_path / name).write_bytes((VIDUR / name).read_bytes())
+    a = VidurSteps(str(tmp_path), LLAMA2)
+    b = VidurSteps(str(tmp_path), LLAMA2, seed=7)
+    assert a.decode is b.decode and a.layer_ops is b.layer_ops
+    first = tables(str(tmp_path), 1)
+    rows = (tmp_path / "mlp.csv").read_text().splitlines()
+    (tmp_path / "mlp.csv").write_text("\n".join(rows[:-1]) + "\n")  # one row fewer
+    again = tables(str(tmp_path), 1)
+    assert again is not first and again.layer_ops is not a.layer_ops
+
+
 def test_a_profile_of_another_model_or_tp_is_refused_with_the_fix(tmp_path):
     p = slogate("--port", "1", "--timing", "profile", str(VIDUR), "--model", "llama-2-7b", "--tp", "8")
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
@@ -187,6 +201,16 @@ def test_a_profile_of_another_model_or_tp_is_refused_with_the_fix(tmp_path):
     assert p.returncode == 2 and "n_kv_head 32" in p.stderr and "--model llama-3-8b has" in p.stderr, p.stderr
     with pytest.raises(UsageError, match=r"needs Vidur's mlp\.csv and attention\.csv"):
         configure(["--timing", "profile", str(VIDUR.parent)])
+    # a timing cell that is not a time: the file and the cell are named, no traceback
+    text = (VIDUR / "attention.csv").read_text()
+    head, first, rest = text.split("\n", 2)
+    col = head.split(",").index("time_stats.attn_decode.median")
+    cells = first.split(",")
+    cells[col] = "n/a"
+    (tmp_path / "attention.csv").write_text("\n".join((head, ",".join(cells), rest)))
+    p = slogate("--port", "1", "--timing", "profile", str(tmp_path), "--model", "llama-2-7b")
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert f"{tmp_path / 'attention.csv'}: bad time_stats.attn_decode.median 'n/a'" in p.stderr, p.stderr
 
 
 @pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
