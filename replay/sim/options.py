@@ -173,5 +173,7 @@ def configure(argv: list[str]) -> tuple[SimConfig, ServerOptions, FaultConfig]:
         raise UsageError(f"bad simulator setting: {exc}") from None
     faults = parse_fault_config(ns.fault, faults_base)
     if opts.port < 1 or opts.port + config.replicas - 1 > 65535:
-        raise UsageError(f"--port {opts.port} with {config.replicas} replicas is outside 1–65535")
+        ports = (f"--port {opts.port}" if config.replicas == 1
+                 else f"--port {opts.port} with {config.replicas} replicas (ports {opts.port}–{opts.port + config.replicas - 1})")
+        raise UsageError(f"{ports} is outside 1–65535; pass a port in that range")
     return config, opts, faults

@@ -33,6 +33,8 @@ def test_help_lists_examples_and_catalog():
     (["--timing", "linear"], "--timing linear needs coefficients"),
     (["--timing", "roofline", "--linear", "1,0,0,0"], "but --timing is roofline"),
     (["--host-step-ms", "-2"], "host time per step must be ≥ 0"),
+    (["--port", "70000"], "--port 70000 is outside 1–65535; pass a port in that range"),
+    (["--port", "65535", "--replicas", "2"], "--port 65535 with 2 replicas (ports 65535–65536) is outside"),
 ])
 def test_usage_errors_exit_2(args, needle):
     p = slogate("--port", "1", *args)
