@@ -16,8 +16,9 @@ from slogate.traces.usage import UsageError
 
 # Per-GPU all-reduce bandwidth (GB/s, one direction) and fixed cost per all-reduce (µs). PCIe x16:
 # 4.0 = 16 GT/s × 16 lanes ≈ 32 GB/s, 5.0 ≈ 64 GB/s per direction (PCI-SIG specifications); the fixed
-# cost is the catalog's default for GPUs without NVLink. "nvlink" keeps the catalog's NVLink figures
-# (A100 300 GB/s, H100/H200 450 GB/s per direction, 8 µs).
+# cost is the catalog's default for GPUs without NVLink, and never below the GPU's own NVLink figure
+# (an A100's NCCL all-reduce starts in 42 µs over NVLink: it is not faster over PCIe). "nvlink" keeps
+# the catalog's NVLink figures (catalog.py: A100 42 µs + 175 GB/s, H100/H200 8 µs + 450 GB/s).
 PCIE: dict[str, tuple[float, float]] = {"pcie4": (32.0, 15.0), "pcie5": (64.0, 15.0)}
 NVLINK_MIN_GB_S = 100.0  # a catalog link faster than this is NVLink
 INTERCONNECTS = ("nvlink", *PCIE)
@@ -35,6 +36,8 @@ def gpu_set(gpu_name: str, interconnect: str) -> str | None:
     if name not in PCIE:
         raise UsageError(f"bad interconnect={interconnect!r}: use one of {', '.join(INTERCONNECTS)}")
     gb_s, us = PCIE[name]
+    if gpu.link_gb_s >= NVLINK_MIN_GB_S:
+        us = max(us, gpu.link_latency_us)
     return f"link_gb_s={gb_s:g},link_latency_us={us:g}"
 
 

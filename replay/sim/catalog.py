@@ -96,7 +96,15 @@ PRECISIONS: dict[str, Precision] = {
     "awq": Precision(weight_bytes=0.5 + 4 / 128),
 }
 
-_NVLINK_A100: dict[str, Any] = {"link_gb_s": 300.0, "link_latency_us": 8.0}
+# An all-reduce of B bytes among tp GPUs costs link_latency_us + 2(tp−1)/tp × B / link_gb_s (steptime.py).
+# A100: the least-squares line through Vidur's NCCL profile of a DGX A100 node (TP 2 and 4, 27 log-spaced
+#   sizes of 2 KiB–64 MiB each; tests/bench/ground_truth/vidur_a100_llama2_7b/all_reduce.csv, MIT):
+#   42 µs + 175 GB/s (test_profile_vidur.py recomputes it). LLM-Inference-Bench's vLLM rows on two and four
+#   A100s agree: with the datasheet's 300 GB/s and 8 µs the sim was 7–24 % fast there.
+# H100/H200: 8 µs and 450 GB/s (NVLink 4's 900 GB/s bidirectional, halved). vLLM's CI latency anchor for
+#   70B on four H100s (V1, its custom all-reduce) rules out NCCL's line there (Vidur's DGX H100 profile,
+#   ~28 µs: +18 % on the anchor).
+_NVLINK_A100: dict[str, Any] = {"link_gb_s": 175.0, "link_latency_us": 42.0}
 _NVLINK_H100: dict[str, Any] = {"link_gb_s": 450.0, "link_latency_us": 8.0}
 
 # GPU sources (HBM TB/s, dense bf16 TFLOP/s without sparsity, memory): NVIDIA datasheets
@@ -109,7 +117,7 @@ _NVLINK_H100: dict[str, Any] = {"link_gb_s": 450.0, "link_latency_us": 8.0}
 #   L4        nvidia.com/en-us/data-center/l4/
 #   RTX-4090  NVIDIA Ada GPU architecture whitepaper (FP16/BF16 tensor, FP16 accumulate) ;
 #   RTX-3090  NVIDIA Ampere GA102 whitepaper (same convention)
-# NVLink per-direction bandwidth: A100 600 GB/s and H100 900 GB/s bidirectional, halved. MFU: fitted
+# NVLink: see _NVLINK_A100 / _NVLINK_H100 above. MFU: fitted
 # (steptime.py: A100 on DistServe's OPT-13B profile, H100/H200 on vLLM's CI latency test).
 GPUS: dict[str, Gpu] = {
     g.name.lower(): g

@@ -208,7 +208,8 @@ def test_sim_stop_hook_ends_the_run_where_it_fires() -> None:
 
 def test_tp_scaling_efficiency_over_nvlink_and_pcie(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Prefill-heavy requests: each token's activations are all-reduced twice per layer, which PCIe
-    (32 GB/s) makes cost about 40 % of the prefill compute at tp=2 and NVLink (300 GB/s) about 4 %."""
+    (32 GB/s) makes cost about half the prefill compute at tp=2 and the A100's NVLink (42 µs + 175 GB/s,
+    the catalog's line through Vidur's NCCL profile) about a seventh; tp=2 also doubles the KV space."""
     from slogate.traces.record import RequestRecord, TraceHeader
     from slogate.traces.segments import write_segment
 
@@ -241,6 +242,9 @@ def test_interconnect_errors_name_the_fix() -> None:
         cands.parse_candidate("h100/llama-3-8b?interconnect=infiniband")
     cand = cands.parse_candidate("h100-sxm/llama-3-8b?tp=2&interconnect=pcie5")
     assert cand.target == "sim:h100-sxm/llama-3-8b?tp=2&gpu_set=link_gb_s=64,link_latency_us=15"
+    # an A100's all-reduce starts no faster over PCIe than over its NVLink (42 µs, the catalog's)
+    cand = cands.parse_candidate("a100-80g/llama-3-8b?tp=2&interconnect=pcie4")
+    assert cand.target == "sim:a100-80g/llama-3-8b?tp=2&gpu_set=link_gb_s=32,link_latency_us=42"
 
 
 def test_a_host_floor_in_the_candidate_lowers_a_host_bound_tp_capacity(tmp_path: Path, capsys) -> None:

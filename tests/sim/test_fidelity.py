@@ -183,9 +183,13 @@ def test_offline_batches_hold_where_the_model_holds():
     """LLM-Inference-Bench's vLLM offline batches (tests/bench/ground_truth/README.md), 441 runs on
     A100-40GB, H100 and GH200, 84 setup × batch-size cells (median error over the lengths ≤ 10 %, p90
     |error| ≤ 20 % is in bounds). Seven setups stay in bounds at every batch size (Llama-3-8B and
-    Llama-2-7B on one H100, Llama-3-8B and Mistral-7B on one A100, 8B on 2 and 4 H100s, 70B on 4); of the 76 cells outside the two setups the host floors are read from, at least 56
-    are in bounds (28 before this model), and without the floors the held-out dense TP 4 setups at
-    batch 1 are 23-47 % fast. The routed-experts read takes Mixtral at batch 1 from +120 % to within 30 %."""
+    Llama-2-7B on one H100, Llama-3-8B and Mistral-7B on one A100, 8B on 2 and 4 H100s, 70B on 4); of the 76 cells outside the two setups the host floors are read from, at least 61
+    are in bounds (28 before this model, 56 before the A100's all-reduce took Vidur's measured line), and
+    without the floors the held-out dense TP 4 setups on H100s at batch 1 are 45-47 % fast. On A100s the
+    measured all-reduce (42 µs + 175 GB/s, catalog.py) carries what the floor did: Mistral-7B on four is
+    within 10 % without it (−27 % with the datasheet's link), and 8 of the 9 two-A100 cells at batch ≥ 16
+    are in bounds (2 with it). The routed-experts read and the all-reduce take Mixtral at batch 1 from +120 %
+    to within 10 %."""
     from tests.sim.groundtruth import (
         OFFLINE_FLOOR_SETUPS,
         offline_batches,
@@ -204,10 +208,13 @@ def test_offline_batches_hold_where_the_model_holds():
         for b in (1, 16, 32, 64):
             assert inside(by[(*setup, b)]), by[(*setup, b)]
     held_out = [s for s in summary if (s["gpu"], s["model"], s["tp"]) not in OFFLINE_FLOOR_SETUPS]
-    assert len(held_out) == 76 and sum(map(inside, held_out)) >= 56, sum(map(inside, held_out))
-    assert abs(by[("a100-40g", "mixtral-8x7b", 4, 1)]["median_err_pct"]) <= 30
+    assert len(held_out) == 76 and sum(map(inside, held_out)) >= 61, sum(map(inside, held_out))
+    assert abs(by[("a100-40g", "mixtral-8x7b", 4, 1)]["median_err_pct"]) <= 10
+    two_a100 = [s for s in summary if s["gpu"] == "a100-40g" and s["tp"] == 2 and s["batch"] >= 16]
+    assert len(two_a100) == 9 and sum(map(inside, two_a100)) >= 8, two_a100
     dense_tp4 = [("h100-sxm", "llama-2-7b"), ("h100-sxm", "mistral-7b"), ("a100-40g", "mistral-7b")]
     assert all(abs(by[(g, m, 4, 1)]["median_err_pct"]) <= 10 for g, m in dense_tp4)
     bare = offline_summary(offline_batches(config=lambda g, m, tp: offline_config(g, m, tp, host=False)))
     bare_by = {(s["gpu"], s["model"], s["tp"], s["batch"]): s for s in bare}
-    assert all(bare_by[(g, m, 4, 1)]["median_err_pct"] < -20 for g, m in dense_tp4)
+    assert all(bare_by[("h100-sxm", m, 4, 1)]["median_err_pct"] < -20 for m in ("llama-2-7b", "mistral-7b"))
+    assert abs(bare_by[("a100-40g", "mistral-7b", 4, 1)]["median_err_pct"]) <= 10

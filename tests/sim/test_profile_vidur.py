@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from slogate.replay.sim.catalog import find_model
+from slogate.replay.sim.catalog import find_gpu, find_model
 from slogate.replay.sim.options import configure
 from slogate.replay.sim.vidur import VidurSteps, tables
 from slogate.traces.usage import UsageError
@@ -173,6 +173,24 @@ def test_tensor_parallel_steps_add_two_all_reduces_per_layer():
     assert tp2.step_ms(4096, 1, 4096, 4096 * 2048) == pytest.approx(want, rel=1e-9)
     one = VidurSteps(str(VIDUR), LLAMA2)
     assert tp2.step_ms(4096, 1, 4096, 4096 * 2048) < 0.75 * one.step_ms(4096, 1, 4096, 4096 * 2048)  # compute-bound: split
+
+
+def test_the_a100_link_in_the_catalog_is_the_line_through_vidurs_all_reduce_profile():
+    """The catalog's A100 all-reduce (fixed µs + ring bytes / GB/s, as steptime.py prices it) is the
+    least-squares line through the shipped NCCL profile of a DGX A100 (TP 2 and 4): its source, checked."""
+    xs, ys = [], []
+    with (VIDUR / "all_reduce.csv").open() as f:
+        for r in csv.DictReader(f):
+            tp = int(r["num_workers"])
+            if r["collective"] == "all_reduce" and int(r["devices_per_node"]) == tp in (2, 4):
+                xs.append(2 * (tp - 1) / tp * int(r["size"]))  # ring bytes per GPU
+                ys.append(float(r["time_stats.all_reduce.median"]) * 1e3)  # µs
+    assert len(xs) == 56
+    slope, intercept = statistics.linear_regression(xs, ys)
+    for name in ("a100-80g", "a100-40g"):
+        gpu = find_gpu(name)
+        assert gpu.link_latency_us == pytest.approx(intercept, abs=0.5), intercept
+        assert gpu.link_gb_s == pytest.approx(1e-3 / slope, rel=0.01), 1e-3 / slope
 
 
 def test_the_profile_is_parsed_once_and_again_after_a_change(tmp_path):
