@@ -149,7 +149,7 @@ class Tables(NamedTuple):
 
 def _stamp(d: Path) -> tuple[tuple[int, int] | None, ...]:
     """The profile's files as they are now (a file rewritten since is read again)."""
-    out = []
+    out: list[tuple[int, int] | None] = []
     for name in (MLP_FILE, ATTENTION_FILE, NETWORK_FILE):
         try:
             st = (d / name).stat()
