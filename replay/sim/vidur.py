@@ -182,7 +182,7 @@ def _compute_tables(d: Path, tp: int) -> tuple[Line, Line, Surface, Surface, dic
     stats = tuple(f"time_stats.{op}.{STAT}" for op in (*LAYER_OPS, *STEP_OPS))
     mlp = _read(mlp_path, ("num_tokens", "num_tensor_parallel_workers", *stats))
     attn = _read(attn_path, ("batch_size", "kv_cache_size", "prefill_chunk_size", "is_prefill",
-                                      "num_tensor_parallel_workers"))
+                             "num_tensor_parallel_workers"))
     degrees = sorted({_num(r, "num_tensor_parallel_workers", mlp_path) for r in mlp}
                      & {_num(r, "num_tensor_parallel_workers", attn_path) for r in attn})
     if tp not in degrees:

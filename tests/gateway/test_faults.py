@@ -1,7 +1,7 @@
 """Fault behaviour with the simulator's fault injection (`x-slogate-fault` header), real sockets only.
 
 Upstream refused → 502 JSON fast; reset mid-stream → error event + [DONE]; stall past the idle
-timeout → error event; hang past the first-byte timeout → 504 JSON; client disconnect → the
+timeout → error event; hang past the first-byte timeout → 504 JSON; client disconnect (or half-close) → the
 upstream request is aborted (the simulator's running count drops to 0); oversized body → 413;
 malformed JSON → relayed, the upstream's 400 reaches the client and is recorded. After every fault
 the gateway still serves normal requests.
@@ -127,6 +127,33 @@ def test_client_disconnect_aborts_upstream_request(setup):
     assert sim_running(sim.url) == 1
     resp.close()
     conn.close()
+    assert wait_for(lambda: sim_running(sim.url) == 0, timeout=5), "upstream request kept running"
+    assert_serves(gw)
+
+
+def test_client_half_close_is_a_disconnect(setup):
+    """A client that half-closes (its FIN right after the request) is gone, as nginx takes it (499): the
+    stream is aborted, the upstream request too, and the record says client_disconnect."""
+    sim, gw, trace_dir = setup
+    from slogate.traces.reader import read_trace
+
+    def disconnects() -> int:
+        if not any(trace_dir.glob("*.jsonl.zst")):
+            return 0
+        return sum(r.status == 499 and r.error == "client_disconnect" for r in read_trace(trace_dir).records)
+
+    before = disconnects()
+    payload = body(3000)
+    host, port = gw.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                  % (CHAT.encode(), len(payload)) + payload)
+        s.shutdown(socket.SHUT_WR)
+        raw = b""
+        while chunk := s.recv(65536):  # the gateway closes; a 3,000-token stream would take 30 s
+            raw += chunk
+    assert b"[DONE]" not in raw, raw[-200:]
+    assert wait_for(lambda: disconnects() == before + 1, timeout=5), (before, disconnects())
     assert wait_for(lambda: sim_running(sim.url) == 0, timeout=5), "upstream request kept running"
     assert_serves(gw)
 

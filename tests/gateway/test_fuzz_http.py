@@ -2,8 +2,8 @@
 
 Hypothesis builds request lines, headers, Content-Length/Transfer-Encoding combinations, chunk
 sizes and request trailers, pipelines them, splits the sends, and cuts connections (silently or with a
-half-close) or drops them. It checks what a client sees, never the gateway's internals: every answer is well-formed HTTP/1.1
-(parsed by llhttp through httptools), the gateway keeps serving after each case, no record is lost
+half-close) or drops them. It checks what a client sees, never the gateway's internals: every answer is
+well-formed HTTP/1.1 (parsed by llhttp through httptools), the gateway keeps serving after each case, no record is lost
 and no secret or client address reaches the trace, the logs, the access log or /metrics.
 Fast tier: 25 cases (~2–8 s); `slow`: 1,000 cases (~35–60 s: most of it the cut cases that wait out the deadline).
 """
@@ -188,7 +188,7 @@ class _Collect:
 def parse_answers(data: bytes, cut_short_ok: bool = False) -> list[Answer]:
     """Every response in `data` (what the gateway wrote before closing); fails on malformed HTTP, and on a
     last response cut short unless `cut_short_ok` (the client half-closed: a stream it asked for is
-    aborted, as nginx and Envoy abort theirs, and the rest of it never written)."""
+    aborted, 499 in the trace as nginx logs it, and the rest of it never written)."""
     collect = _Collect()
     parser = httptools.HttpResponseParser(collect)
     collect.parser = parser
