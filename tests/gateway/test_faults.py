@@ -155,6 +155,16 @@ def test_client_half_close_is_a_disconnect(setup):
     assert b"[DONE]" not in raw, raw[-200:]
     assert wait_for(lambda: disconnects() == before + 1, timeout=5), (before, disconnects())
     assert wait_for(lambda: sim_running(sim.url) == 0, timeout=5), "upstream request kept running"
+    # requests pipelined before the FIN are answered first (reading waits while one is relayed)
+    short = body(3)
+    one = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (CHAT.encode(), len(short)) + short
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(one + one)
+        s.shutdown(socket.SHUT_WR)
+        raw = b""
+        while chunk := s.recv(65536):
+            raw += chunk
+    assert raw.count(b"HTTP/1.1 200") == 2 and raw.count(b"data: [DONE]") == 2, raw[-300:]
     assert_serves(gw)
 
 
