@@ -167,17 +167,15 @@ def tables(directory: str, tp: int) -> Tables:
 
 @functools.lru_cache(maxsize=8)
 def _parse(d: Path, tp: int, stamp: tuple[tuple[int, int] | None, ...]) -> Tables:
-    mlp_path = d / MLP_FILE
-    layer_ops, step_ops, decode, prefill, first = _compute_tables(d, tp)
-    want = ("n_embd", "n_head", "n_kv_head")
-    shape = {k: _num(first, k, mlp_path) for k in want if k in first}
+    layer_ops, step_ops, decode, prefill, shape = _compute_tables(d, tp)
     all_reduce = _all_reduce(d / NETWORK_FILE, tp) if tp > 1 else None
     return Tables(shape, layer_ops, step_ops, decode, prefill, all_reduce)
 
 
-def _compute_tables(d: Path, tp: int) -> tuple[Line, Line, Surface, Surface, dict[str, str]]:
+def _compute_tables(d: Path, tp: int) -> tuple[Line, Line, Surface, Surface, dict[str, int]]:
     """mlp.csv and attention.csv at `tp`: one layer's operations and the embedding by token count (ms), one
-    layer's attention for decodes (batch, context) and prompt chunks (tokens, context), and mlp's first row."""
+    layer's attention for decodes (batch, context) and prompt chunks (tokens, context), and the profiled
+    model's shape (n_embd, n_head, n_kv_head: those mlp.csv has)."""
     mlp_path, attn_path = d / MLP_FILE, d / ATTENTION_FILE
     stats = tuple(f"time_stats.{op}.{STAT}" for op in (*LAYER_OPS, *STEP_OPS))
     mlp = _read(mlp_path, ("num_tokens", "num_tensor_parallel_workers", *stats))
@@ -208,7 +206,8 @@ def _compute_tables(d: Path, tp: int) -> tuple[Line, Line, Surface, Surface, dic
             decode[_num(r, "batch_size", attn_path)][k].append(_ms(r, "attn_decode", attn_path) + around)
     if not decode or not prefill:
         raise UsageError(f"--timing profile {attn_path}: needs both decode and prefill rows")
-    return Line(layer), Line(step), Surface(decode), Surface(prefill), mlp[0]
+    shape: dict[str, int] = {k: _num(mlp[0], k, mlp_path) for k in ("n_embd", "n_head", "n_kv_head") if k in mlp[0]}
+    return Line(layer), Line(step), Surface(decode), Surface(prefill), shape
 
 
 class VidurSteps:

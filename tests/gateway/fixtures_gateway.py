@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import re
+import socket
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -88,6 +89,17 @@ def sim_running(sim_url: str) -> float:
             if s.name == "vllm:num_requests_running":
                 return s.value
     raise AssertionError("vllm:num_requests_running missing from the simulator's /metrics")
+
+
+def read_until_close(s: socket.socket, timeout: float) -> bytes:
+    """Everything the peer writes on `s` until it closes (a reset ends it too); a read waiting past
+    `timeout` raises TimeoutError."""
+    s.settimeout(timeout)
+    data = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := s.recv(65536):
+            data += chunk
+    return data
 
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05):  # type: ignore[no-untyped-def]

@@ -23,6 +23,7 @@ from tests.gateway.fixtures_gateway import (
     http_request,
     metric_samples,
     metric_sum,
+    read_until_close,
     sim_running,
     start_gateway,
     trace_records,
@@ -142,28 +143,25 @@ def test_client_half_close_is_a_disconnect(setup):
             return 0
         return sum(r.status == 499 and r.error == "client_disconnect" for r in read_trace(trace_dir).records)
 
-    before = disconnects()
-    payload = body(3000)
     host, port = gw.url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-                  % (CHAT.encode(), len(payload)) + payload)
-        s.shutdown(socket.SHUT_WR)
-        raw = b""
-        while chunk := s.recv(65536):  # the gateway closes; a 3,000-token stream would take 30 s
-            raw += chunk
+
+    def half_closed(wire: bytes) -> bytes:  # what the gateway writes before it closes
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(wire)
+            s.shutdown(socket.SHUT_WR)
+            return read_until_close(s, 10)  # a 3,000-token stream would take 30 s
+
+    def chat(max_tokens: int) -> bytes:
+        payload = body(max_tokens)
+        return b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (CHAT.encode(), len(payload)) + payload
+
+    before = disconnects()
+    raw = half_closed(chat(3000))
     assert b"[DONE]" not in raw, raw[-200:]
     assert wait_for(lambda: disconnects() == before + 1, timeout=5), (before, disconnects())
     assert wait_for(lambda: sim_running(sim.url) == 0, timeout=5), "upstream request kept running"
     # requests pipelined before the FIN are answered first (reading waits while one is relayed)
-    short = body(3)
-    one = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (CHAT.encode(), len(short)) + short
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(one + one)
-        s.shutdown(socket.SHUT_WR)
-        raw = b""
-        while chunk := s.recv(65536):
-            raw += chunk
+    raw = half_closed(chat(3) + chat(3))
     assert raw.count(b"HTTP/1.1 200") == 2 and raw.count(b"data: [DONE]") == 2, raw[-300:]
     assert_serves(gw)
 

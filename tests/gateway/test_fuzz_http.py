@@ -26,7 +26,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slogate.traces.reader import read_trace
-from tests.gateway.fixtures_gateway import CANARY, SIM_MODEL, get, metric_samples, metric_sum, wait_for
+from tests.gateway.fixtures_gateway import (
+    CANARY,
+    SIM_MODEL,
+    get,
+    metric_samples,
+    metric_sum,
+    read_until_close,
+    wait_for,
+)
 from tests.realservers import start_gateway
 from tests.servers import Server, free_port
 from tests.simserver import start_sim
@@ -198,15 +206,6 @@ def parse_answers(data: bytes, cut_short_ok: bool = False) -> list[Answer]:
         raise AssertionError(f"malformed response from the gateway ({exc}): {data[:500]!r}") from None
     assert cut_short_ok or collect.cur is None, f"response cut short: {data[-300:]!r}"
     return collect.answers
-
-
-def read_until_close(s: socket.socket, timeout: float) -> bytes:
-    s.settimeout(timeout)
-    data = b""
-    with contextlib.suppress(ConnectionResetError):
-        while chunk := s.recv(65536):
-            data += chunk
-    return data
 
 
 CLIENT_PORTS: set[int] = set()  # local ports of the fuzz connections: no client address may be written
