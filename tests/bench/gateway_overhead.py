@@ -32,8 +32,9 @@ from gateway_overhead_load import LoadResult, LoadSpec, run  # noqa: E402
 from tests.servers import Server, free_port, running  # noqa: E402
 from tests.simserver import start_sim  # noqa: E402
 
-# slogate-w2: --workers 2; python-pipe: a byte pipe in Python on uvloop (python_pipe.py), the floor of any Python relay
-PROXIES = ("direct", "slogate", "slogate-w2", "slogate-baseline", "python-pipe", "envoy", "nginx")
+# slogate-w2: --workers 2; python-pipe: a byte pipe in Python on uvloop (python_pipe.py), the floor of any Python relay;
+# python-pipe-measure: the same pipe that also parses and observes every response (the floor of a measuring one)
+PROXIES = ("direct", "slogate", "slogate-w2", "slogate-baseline", "python-pipe", "python-pipe-measure", "envoy", "nginx")
 BASELINE: list[str] = []  # --baseline: the command prefix of another slogate build (before/after in one run)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -123,8 +124,10 @@ def start_proxy(name: str, upstream: Server, tmp: Path) -> Iterator[Server]:
             if name == "slogate-w2":
                 _wait_workers(f"http://127.0.0.1:{admin}", 2)
             yield server
-    elif name == "python-pipe":
+    elif name in ("python-pipe", "python-pipe-measure"):
         cmd = [sys.executable, str(HERE / "python_pipe.py"), "--listen", f"127.0.0.1:{port}", "--upstream", upstream.url]
+        if name == "python-pipe-measure":
+            cmd.append("--measure")
         with running(cmd, port, ready_path="/healthz") as server:
             yield server
     elif name == "envoy":
