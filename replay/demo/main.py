@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 
 from slogate.replay.demo.live import Display, fetch_status, status_line, watch_replay
-from slogate.replay.demo.procs import Children, Terminated, free_port, sigterm_as_interrupt, wait_ready
+from slogate.replay.demo.procs import Children, Terminated, free_port, signals_as_interrupt, wait_ready
 from slogate.replay.demo.steps import (
     Run,
     Setup,
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser().parse_args(sys.argv[1:] if argv is None else argv)
     opts = options(ns)
     display = Display(opts.mode)
-    with sigterm_as_interrupt():
+    with signals_as_interrupt():
         try:
             run(opts, display)
         except KeyboardInterrupt as exc:

@@ -136,21 +136,25 @@ def _signals_deferred() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block SIGTERM raises `Terminated` (a KeyboardInterrupt) so try/finally cleanup runs."""
+def signals_as_interrupt() -> Iterator[None]:
+    """Within the block Ctrl-C raises KeyboardInterrupt and SIGTERM raises `Terminated` (a KeyboardInterrupt),
+    so try/finally cleanup runs. SIGINT is set explicitly: a process started with it ignored (a script's
+    `slogate demo &`) would otherwise not react to it at all, while the replay client and the gateway do."""
 
-    def handler(signum: int, frame: object) -> None:
+    def on_term(signum: int, frame: object) -> None:
         raise Terminated()
 
     try:
-        old = signal.signal(signal.SIGTERM, handler)
+        old = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+               signal.SIGTERM: signal.signal(signal.SIGTERM, on_term)}
     except ValueError:  # not the main thread (e.g. called from a test's worker thread)
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def http_get(url: str, timeout_s: float = 2.0) -> bytes:
