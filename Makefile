@@ -97,7 +97,7 @@ bench: install-test
 	$(BIN)/python tests/bench/sim_fidelity.py
 	$(BIN)/python tests/bench/replay_accuracy.py
 
-bench-gateway: install-test   # ~15 min: slogate vs a Python byte pipe vs Envoy vs nginx, interleaved rounds
+bench-gateway: install-test   # ~18 min: slogate vs a Python byte pipe (bare, and timing streams) vs Envoy vs nginx, interleaved rounds
 	$(BIN)/python tests/bench/gateway_overhead.py
 
 bench-routing: install-test   # routing policies on 4 simulated replicas

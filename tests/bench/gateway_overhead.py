@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma list of {', '.join(SCENARIOS)}")
     ap.add_argument("--baseline", metavar="CMD", help="command of another slogate build, e.g. "
                     "'/old/venv/bin/slogate': adds the proxy slogate-baseline (the same run, before vs after)")
-    ap.add_argument("--proxies", default="direct,slogate,python-pipe,envoy,nginx", help=f"comma list of {', '.join(PROXIES)}")
+    ap.add_argument("--proxies", default="direct,slogate,python-pipe,python-pipe-measure,envoy,nginx", help=f"comma list of {', '.join(PROXIES)}")
     ap.add_argument(
         "--sim-arg", dest="sim_args", action="append", default=[], help="extra `slogate sim` flag"
     )
