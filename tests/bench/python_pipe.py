@@ -75,7 +75,7 @@ class _Client(asyncio.Protocol):
         self.host, self.port, self.measure = host, port, measure
         self.up: asyncio.Transport | None = None
         self.pending: list[bytes] | None = None
-        self.t0 = 0  # --measure: when the current request's first bytes arrived
+        self.t0 = 0  # --measure: the last read from the client (a bench request arrives in one read: its t0)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         _nodelay(transport)
