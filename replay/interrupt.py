@@ -94,8 +94,12 @@ class Interrupt:
 
 @contextlib.contextmanager
 def deferred() -> Iterator[list[int]]:
-    """Signals during the block are noted (in the yielded list), not raised: results are written whole."""
+    """Signals during the block are noted (in the yielded list), not raised: results are written whole.
+    Off the main thread (which alone receives signals) nothing is deferred and the list stays empty."""
     seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
     previous = {sig: signal.getsignal(sig) for sig in SIGNALS}
     for sig in SIGNALS:
         signal.signal(sig, lambda signum, _frame: seen.append(signum))

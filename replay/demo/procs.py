@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from slogate.replay.interrupt import deferred
 from slogate.traces.usage import UsageError
 
 SLOGATE = [sys.executable, "-m", "slogate"]
@@ -114,23 +115,10 @@ class Children:
 
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """A Ctrl-C or SIGTERM must not cut the cleanup short: it is held while the block runs and
-    raised (KeyboardInterrupt / Terminated) right after it."""
-    held: list[int] = []
-
-    def hold(signum: int, frame: object) -> None:
-        held.append(signum)
-
-    try:
-        old = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread
+    """A Ctrl-C or SIGTERM must not cut the cleanup short: it is held while the block runs
+    (replay.interrupt.deferred) and raised (KeyboardInterrupt / Terminated) right after it."""
+    with deferred() as held:
         yield
-        return
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
     if held:
         raise Terminated() if held[0] == signal.SIGTERM else KeyboardInterrupt()
 

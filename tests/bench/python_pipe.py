@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import signal
 import socket
 from time import perf_counter_ns
@@ -20,7 +21,7 @@ from slogate.traces.http1 import ResponseParser
 from slogate.traces.observer import StreamObserver
 
 HEALTHZ = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
-RECORDS: dict[str, int] = {}  # --measure: records built, by error class ("ok"), printed at exit
+RECORDS: collections.Counter[str] = collections.Counter()  # --measure: records built, by error class ("ok"), printed at exit
 
 
 def _nodelay(transport: asyncio.BaseTransport) -> None:
@@ -46,25 +47,20 @@ class _MeasuredUpstream(_Upstream):
     def __init__(self, client: asyncio.Transport, owner: _Client) -> None:
         super().__init__(client)
         self.owner = owner
-        self.parser: ResponseParser | None = None
-        self.obs: StreamObserver | None = None
+        self.current: tuple[ResponseParser, StreamObserver] | None = None  # the response being read
 
     def data_received(self, data: bytes) -> None:
         t = perf_counter_ns()
         self.client.write(data)
-        parser = self.parser
-        if parser is None:
-            self.parser = parser = ResponseParser()
-            self.obs = StreamObserver(self.owner.t0, stream=True, endpoint="/v1/completions")
+        if self.current is None:
+            self.current = ResponseParser(), StreamObserver(self.owner.t0, stream=True, endpoint="/v1/completions")
+        parser, obs = self.current
         body = parser.feed(data)
-        obs = self.obs
-        assert obs is not None
         if body:
             obs.feed(body, t)
         if parser.done:
-            record = obs.finish(t, status=parser.head.status if parser.head is not None else 0)
-            RECORDS[record.error or "ok"] = RECORDS.get(record.error or "ok", 0) + 1
-            self.parser = self.obs = None
+            RECORDS[obs.finish(t, status=parser.head.status if parser.head is not None else 0).error or "ok"] += 1
+            self.current = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.client.close()
@@ -117,7 +113,7 @@ async def _serve(listen: str, upstream: str, measure: bool) -> None:
     await stop.wait()
     server.close()
     if measure:
-        print(f"python-pipe --measure: records {RECORDS}", flush=True)
+        print(f"python-pipe --measure: records {dict(RECORDS)}", flush=True)
 
 
 def main() -> None:

@@ -111,14 +111,15 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05):  # type:
         time.sleep(interval)
 
 
+def read_records(trace_dir: Path) -> list[RequestRecord]:
+    """The records of the gateway's trace written so far (none before its first segment)."""
+    if not trace_dir.exists() or not any(trace_dir.glob("*.jsonl.zst")):
+        return []
+    return list(read_trace(trace_dir).records)
+
+
 def trace_records(trace_dir: Path, n: int, timeout: float = 10.0) -> list[RequestRecord]:
     """At least `n` records of the gateway's trace (the writer flushes a frame about every second)."""
-
-    def read() -> list[RequestRecord]:
-        if not trace_dir.exists() or not any(trace_dir.glob("*.jsonl.zst")):
-            return []
-        return list(read_trace(trace_dir).records)
-
-    records = wait_for(lambda: (lambda r: r if len(r) >= n else None)(read()), timeout=timeout)
-    assert records, f"fewer than {n} records in {trace_dir} after {timeout}s: {len(read())}"
+    records = wait_for(lambda: (lambda r: r if len(r) >= n else None)(read_records(trace_dir)), timeout=timeout)
+    assert records, f"fewer than {n} records in {trace_dir} after {timeout}s: {len(read_records(trace_dir))}"
     return records
