@@ -110,6 +110,47 @@ def deferred() -> Iterator[list[int]]:
             signal.signal(sig, previous[sig] if previous[sig] is not None else signal.SIG_DFL)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so the same cleanup as Ctrl-C runs (`signals_as_interrupt`)."""
+
+
+@contextlib.contextmanager
+def held_then_raised() -> Iterator[None]:
+    """A Ctrl-C or SIGTERM must not cut a cleanup short (stopping a child process): it is held while the
+    block runs (`deferred`) and raised (KeyboardInterrupt / Terminated) right after it."""
+    with deferred() as held:
+        yield
+    if held:
+        raise Terminated() if held[0] == signal.SIGTERM else KeyboardInterrupt()
+
+
+@contextlib.contextmanager
+def signals_as_interrupt() -> Iterator[None]:
+    """For a command that starts processes outside a live run (the demo, `sweep --serve-cmd`): within the
+    block Ctrl-C raises KeyboardInterrupt and SIGTERM raises `Terminated`, so try/finally cleanup runs.
+    SIGINT is set explicitly: a process started with it ignored (a script's `cmd &`) would otherwise not
+    react to it at all. A live run's `Interrupt` takes both signals over while it runs."""
+
+    def on_term(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    if threading.current_thread() is not threading.main_thread():  # signals are the main thread's
+        yield
+        return
+    old = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+           signal.SIGTERM: signal.signal(signal.SIGTERM, on_term)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def interrupt_status(exc: KeyboardInterrupt) -> tuple[int, str]:
+    """The exit status (128 + the signal's number) and the word for a KeyboardInterrupt or `Terminated`."""
+    return (143, "terminated") if isinstance(exc, Terminated) else (130, "interrupted")
+
+
 @contextlib.contextmanager
 def blocked() -> Iterator[None]:
     """SIGINT/SIGTERM held pending in this thread for the block; a process started meanwhile inherits

@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from slogate.replay.interrupt import held_then_raised
 from slogate.traces.usage import UsageError
 
 STOP_GRACE_S = 10.0
@@ -86,9 +87,15 @@ def serve(argv: list[str], port: int, log: Path, *, ready_timeout_s: float = 60.
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group, SIGKILL it after the grace."""
+    """SIGTERM the process group, SIGKILL it after the grace. A Ctrl-C or SIGTERM meanwhile is held
+    until the server is gone (then raised), so a second one cannot leave it running."""
     if proc.poll() is not None:
         return
+    with held_then_raised():
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:

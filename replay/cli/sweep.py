@@ -23,6 +23,7 @@ from pathlib import Path
 from slogate.replay import serve_cmd
 from slogate.replay import sweep as sweep_io
 from slogate.replay.cli import replay as replay_cli
+from slogate.replay.interrupt import interrupt_status, signals_as_interrupt
 from slogate.replay.results import Results
 from slogate.replay.sweep import Sweep, SweepPoint, analyze, next_refine_x, point_dir_name, point_from_results
 from slogate.traces.slo import SloError, parse_slo
@@ -89,10 +90,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UsageError(f"bad --refine {args.refine}: a number of extra runs ≥ 0")
     opt, mode, flag = next(m for m in MODES if getattr(args, m[0]) is not None)
     xs = parse_points(getattr(args, opt), opt, integer=mode == "concurrency")
-    if args.serve_cmd:
-        return run_grid(args, replay_args, mode=mode, flag=flag, xs=xs, argv=list(argv if argv is not None else sys.argv[1:]))
-    if args.grid or args.resume:
+    if (args.grid or args.resume) and not args.serve_cmd:
         raise UsageError("--grid and --resume go with --serve-cmd 'CMD … {port} …'")
+    # Ctrl-C or SIGTERM between points (or while a --serve-cmd server starts) unwinds through the
+    # cleanup: a started server is stopped, never left behind. During a point the replay handles them.
+    with signals_as_interrupt():
+        try:
+            if args.serve_cmd:
+                return run_grid(args, replay_args, mode=mode, flag=flag, xs=xs,
+                                argv=list(argv if argv is not None else sys.argv[1:]))
+            return run_plain(args, replay_args, mode=mode, flag=flag, xs=xs, argv=argv)
+        except KeyboardInterrupt as exc:
+            status, what = interrupt_status(exc)
+            print(f"\nslogate sweep: {what}; any server it started is stopped; {args.out} holds the points that "
+                  "finished", file=sys.stderr, flush=True)
+            return status
+
+
+def run_plain(args: argparse.Namespace, replay_args: list[str], *, mode: str, flag: str, xs: Sequence[float],
+              argv: Sequence[str] | None) -> int:
+    """One sweep against --target."""
     replay_ns = replay_cli.parse_args(replay_args)  # a mistake stops the sweep before its first point
     sweep = run_sweep(replay_args, replay_ns, mode=mode, flag=flag, xs=xs, out=Path(args.out),
                       attainment=args.attainment, refine=args.refine, verbose=args.replay_output,

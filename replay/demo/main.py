@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 
 from slogate.replay.demo.live import Display, fetch_status, status_line, watch_replay
-from slogate.replay.demo.procs import Children, Terminated, free_port, signals_as_interrupt, wait_ready
+from slogate.replay.demo.procs import Children, free_port, wait_ready
 from slogate.replay.demo.steps import (
     Run,
     Setup,
@@ -27,6 +27,7 @@ from slogate.replay.demo.steps import (
     virtual_replay,
     write_report,
 )
+from slogate.replay.interrupt import interrupt_status, signals_as_interrupt
 from slogate.traces.usage import UsageError
 
 DEFAULT_SLO = "interactive:ttft=0.5,tpot=50ms"
@@ -165,10 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             run(opts, display)
         except KeyboardInterrupt as exc:
-            what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+            status, what = interrupt_status(exc)
             print(f"\nslogate demo: {what}; every process it started is stopped. Partial output: {opts.out}",
                   file=sys.stderr, flush=True)
-            return 143 if isinstance(exc, Terminated) else 130
+            return status
     return 0
 
 

@@ -16,18 +16,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from slogate.replay.interrupt import deferred
+from slogate.replay.interrupt import held_then_raised
 from slogate.traces.usage import UsageError
 
 SLOGATE = [sys.executable, "-m", "slogate"]
 PR_SET_PDEATHSIG = 1
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread so the same cleanup as Ctrl-C runs."""
 
 
 def free_port() -> int:
@@ -103,46 +99,14 @@ class Children:
         return child
 
     def stop(self, child: Child, grace_s: float = 10.0) -> int | None:
-        with _signals_deferred():
+        with held_then_raised():
             return child.stop(grace_s)
 
     def stop_all(self, grace_s: float = 10.0) -> None:
         """Newest first: the replay client, then the gateway (it flushes the trace), then the simulator."""
-        with _signals_deferred():
+        with held_then_raised():
             for child in reversed(self.started):
                 child.stop(grace_s)
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """A Ctrl-C or SIGTERM must not cut the cleanup short: it is held while the block runs
-    (replay.interrupt.deferred) and raised (KeyboardInterrupt / Terminated) right after it."""
-    with deferred() as held:
-        yield
-    if held:
-        raise Terminated() if held[0] == signal.SIGTERM else KeyboardInterrupt()
-
-
-@contextlib.contextmanager
-def signals_as_interrupt() -> Iterator[None]:
-    """Within the block Ctrl-C raises KeyboardInterrupt and SIGTERM raises `Terminated` (a KeyboardInterrupt),
-    so try/finally cleanup runs. SIGINT is set explicitly: a process started with it ignored (a script's
-    `slogate demo &`) would otherwise not react to it at all, while the replay client and the gateway do."""
-
-    def on_term(signum: int, frame: object) -> None:
-        raise Terminated()
-
-    try:
-        old = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
-               signal.SIGTERM: signal.signal(signal.SIGTERM, on_term)}
-    except ValueError:  # not the main thread (e.g. called from a test's worker thread)
-        yield
-        return
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
 
 
 def http_get(url: str, timeout_s: float = 2.0) -> bytes:

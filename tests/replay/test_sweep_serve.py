@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ import pytest
 from slogate.cli import main as slogate
 from slogate.replay.sweep import load
 from tests.replay.test_compare_runs import make_trace
+from tests.replay.test_demo import running
 
 SERVE = f"{sys.executable} -m slogate.cli sim --port {{port}} --gpu {{gpu}} --max-num-seqs {{max_num_seqs}} --jitter 0"
 
@@ -73,3 +77,48 @@ def test_bad_grid_options_are_one_line_errors(extra: list[str], fragment: str, t
     assert slogate(["sweep", str(trace), "--slo", "ttft=0.1", "--rates", "5", "--out", str(tmp_path / "o"), *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert fragment in err and len(err.splitlines()) == 1
+
+
+# a server that is never ready (a model that takes minutes to load): it writes its pid and waits
+SLOW_SERVER = "import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\ntime.sleep(120)\n"
+
+
+def _ignore_sigint() -> None:  # in the child before exec: as a script's `slogate sweep … &` starts it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(("sig", "status", "word", "started_ignoring"),
+                         [(signal.SIGTERM, 143, "terminated", False), (signal.SIGINT, 130, "interrupted", False),
+                          (signal.SIGINT, 130, "interrupted", True)],
+                         ids=["SIGTERM", "SIGINT", "SIGINT-inherited-ignored"])
+def test_a_signal_while_the_server_starts_stops_it(tmp_path: Path, sig: int, status: int, word: str,
+                                                   started_ignoring: bool) -> None:
+    """SIGTERM (a CI job's timeout, `kill`) or Ctrl-C while a `--serve-cmd` server is still starting, i.e.
+    between replays, where no replay handles the signal: the sweep stops the server (its own session, so
+    nothing else would) and exits 128 + the signal, also when started with SIGINT ignored."""
+    trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=1)
+    (tmp_path / "server.py").write_text(SLOW_SERVER)
+    pid_file = tmp_path / "server.pid"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slogate", "sweep", str(trace), "--slo", "ttft=0.1", "--rates", "5",
+         "--out", str(tmp_path / "o"), "--serve-cmd", f"{sys.executable} {tmp_path / 'server.py'} {pid_file}",
+         "--ready-timeout", "100"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=_ignore_sigint if started_ignoring else None)
+    server = 0
+    try:
+        deadline = time.monotonic() + 30
+        while not server and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+            server = int(pid_file.read_text() or 0) if pid_file.exists() else 0
+        assert server and running(server), proc.communicate(timeout=5)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == status, err
+        assert f"slogate sweep: {word}; any server it started is stopped" in err
+        assert not running(server)  # stopped (SIGTERM to its group) before the sweep exited
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if server and running(server):
+            os.kill(server, signal.SIGKILL)
