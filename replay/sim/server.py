@@ -61,6 +61,51 @@ def _bad(message: str, param: str | None = None) -> web.Response:
     return _json_error(protocol.error_body(message, "BadRequestError", 400, param), 400)
 
 
+class _BadField(ValueError):
+    """A request field of the wrong type (a 400 naming it)."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
+_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+
+
+def _lax_int(body: dict[str, Any], name: str, default: int | None) -> int | None:
+    """An integer field as pydantic's lax mode reads it (vLLM's request models): an int, a float without
+    a fraction, or a string of one; null is the default. A boolean is refused (it is no count)."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise _BadField(f"'{name}' must be an integer, got {value!r}.", name)
+
+
+def _lax_bool(body: dict[str, Any], name: str) -> bool:
+    """A boolean field as pydantic's lax mode reads it: a bool, 0 or 1, or "true"/"false" (and yes/no,
+    on/off, t/f, y/n, 1/0); null or absent is False."""
+    value = body.get(name)
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _FALSE | _TRUE:
+        return value.strip().lower() in _TRUE
+    raise _BadField(f"'{name}' must be a boolean, got {value!r}.", name)
+
+
 class Replica:
     """One simulated server: engine, stats, fault state and the aiohttp app."""
 
@@ -175,8 +220,13 @@ class Replica:
             prompt = prompt[0]
         if isinstance(prompt, str):
             return tokenizer.pieces(prompt)
-        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            bad = next((t for t in prompt if not 0 <= t < self.spec.model.vocab), None)
+            if bad is not None:
+                return _bad(f"Token id {bad} is out of vocabulary", "prompt")
             return [f"<{t}>" for t in prompt]
+        if prompt == []:
+            return _bad("The decoder prompt cannot be empty.", "prompt")
         return _bad("'prompt' must be a string, a list of one string, or a list of token ids.", "prompt")
 
     async def tokenize(self, request: web.Request) -> web.Response:
@@ -246,26 +296,41 @@ class Replica:
         return None
 
     def _parse(self, body: dict[str, Any], kind: str) -> Request | web.Response:
+        """The fields the engine needs, read as vLLM's request model reads them (pydantic's lax mode:
+        `5.0` and `"5"` are 5, `"false"` is False, `true` is not a token count) and checked as vLLM
+        checks them; a bad one is a 400 naming it."""
         if (kind == "chat") != ("messages" in body):
             return _bad("'messages' is required." if kind == "chat" else "'prompt' is required.",
                         "messages" if kind == "chat" else "prompt")
         ps = self._prompt_pieces(body)
         if isinstance(ps, web.Response):
             return ps
-        if (body.get("n") or 1) != 1:
+        try:
+            n = _lax_int(body, "n", 1)
+            mt = _lax_int(body, "max_completion_tokens", None) if kind == "chat" else None
+            if mt is None:
+                mt = _lax_int(body, "max_tokens", None if kind == "chat" else 16)
+            min_tokens = _lax_int(body, "min_tokens", 0)
+            stream = _lax_bool(body, "stream")
+            ignore_eos = _lax_bool(body, "ignore_eos")
+        except _BadField as bad:
+            return _bad(str(bad), bad.param)
+        if n < 1:
+            return _bad(f"n must be at least 1, got {n}.", "n")
+        if n != 1:
             return _bad("The simulator supports n=1 only.", "n")
-        mt = body.get("max_completion_tokens") if kind == "chat" else None
-        if mt is None:
-            mt = body.get("max_tokens", None if kind == "chat" else 16)
-        if mt is not None and (not isinstance(mt, int) or mt < 1):
+        if mt is not None and mt < 1:
             return _bad(f"max_tokens must be at least 1, got {mt}.", "max_tokens")
-        min_tokens = body.get("min_tokens") or 0
-        if not isinstance(min_tokens, int) or min_tokens < 0:
-            return _bad(f"min_tokens must be a non-negative integer, got {min_tokens}.", "min_tokens")
-        so = body.get("stream_options") or {}
-        return Request(kind=kind, pieces=ps, stream=bool(body.get("stream")),
+        if min_tokens < 0:
+            return _bad(f"min_tokens must be greater than or equal to 0, got {min_tokens}.", "min_tokens")
+        if mt is not None and min_tokens > mt:
+            return _bad(f"min_tokens must be less than or equal to max_tokens={mt}, got {min_tokens}.", "min_tokens")
+        so = body.get("stream_options")
+        if so is not None and not stream:
+            return _bad("Stream options can only be defined when `stream=True`.", "stream_options")
+        return Request(kind=kind, pieces=ps, stream=stream,
                        include_usage=bool(so.get("include_usage")) if isinstance(so, dict) else False,
-                       max_tokens=mt, min_tokens=min_tokens, ignore_eos=bool(body.get("ignore_eos")))
+                       max_tokens=mt, min_tokens=min_tokens, ignore_eos=ignore_eos)
 
     def _length(self, r: Request, n_prompt: int) -> tuple[int, str]:
         cap = r.max_tokens if r.max_tokens is not None else self.max_len - n_prompt

@@ -140,6 +140,45 @@ async def test_errors_like_vllm(sim_constant, http):
         assert r.status == 400 and "error" in await r.json()
 
 
+@pytest.mark.parametrize(("fields", "param", "message"), [
+    ({"max_tokens": True}, "max_tokens", "'max_tokens' must be an integer, got True."),  # was echoed as usage
+    ({"max_tokens": 2.5}, "max_tokens", "'max_tokens' must be an integer, got 2.5."),
+    ({"n": 0}, "n", "n must be at least 1, got 0."),
+    ({"n": 2}, "n", "The simulator supports n=1 only."),
+    ({"max_tokens": 3, "min_tokens": 10}, "min_tokens", "min_tokens must be less than or equal to max_tokens=3, got 10."),
+    ({"stream_options": {"include_usage": True}}, "stream_options",
+     "Stream options can only be defined when `stream=True`."),
+    ({"stream": "maybe"}, "stream", "'stream' must be a boolean, got 'maybe'."),
+    ({"prompt": []}, "prompt", "The decoder prompt cannot be empty."),
+    ({"prompt": [5, 128256]}, "prompt", "Token id 128256 is out of vocabulary"),
+])
+async def test_bad_fields_are_400s_naming_them(sim_constant, http, fields, param, message):
+    """Each request field checked as vLLM checks it: a 400 in OpenAI's shape naming the field."""
+    st, raw = await post(http, sim_constant.url + "/v1/completions", {"model": MODEL, "prompt": "abc", **fields})
+    err = orjson.loads(raw)["error"]
+    assert (st, err["type"], err["param"], err["message"]) == (400, "BadRequestError", param, message)
+
+
+@pytest.mark.parametrize(("fields", "tokens", "streamed"), [
+    ({"max_tokens": 5.0}, 5, False), ({"max_tokens": "5"}, 5, False),  # pydantic's lax mode, as vLLM reads them
+    ({"max_tokens": 4, "stream": "false"}, 4, False), ({"max_tokens": 4, "stream": "true"}, 4, True),
+    ({"max_tokens": 3, "stream": 1, "stream_options": {"include_usage": True}}, 3, True),
+])
+async def test_fields_read_as_vllm_reads_them(sim_constant, http, fields, tokens, streamed):
+    body = {"model": MODEL, "prompt": "abc", "ignore_eos": "yes", **fields}
+    async with http.post(sim_constant.url + "/v1/completions", json=body) as r:
+        assert r.status == 200
+        assert r.content_type == ("text/event-stream" if streamed else "application/json")
+        raw = await r.read()
+    if streamed:
+        events = parse_sse(raw)
+        assert sum(1 for e in events if isinstance(e, dict) and e.get("choices")) == tokens
+        if "stream_options" in fields:
+            assert [e["usage"]["completion_tokens"] for e in events if isinstance(e, dict) and e.get("usage")] == [tokens]
+    else:
+        assert orjson.loads(raw)["usage"]["completion_tokens"] == tokens
+
+
 async def test_metrics_vllm_names(sim_constant, http):
     await post(http, sim_constant.url + "/v1/completions",
                {"model": MODEL, "prompt": "abc", "max_tokens": 3, "ignore_eos": True, "stream": True})
