@@ -27,10 +27,26 @@ EMIT_LAG_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004,
                     0.1, 0.25, 1.0)
 
 
+N_BUCKETS = (1, 2, 5, 10, 20)  # vllm:request_params_n
+
+
+def buckets_1_2_5(max_value: int) -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, … up to `max_value` (vLLM's build_1_2_5_buckets, for token counts)."""
+    out: list[int] = []
+    exponent = 0
+    while True:
+        for m in (1, 2, 5):
+            value = m * 10**exponent
+            if value > max_value:
+                return tuple(out)
+            out.append(value)
+        exponent += 1
+
+
 class ServerStats:
     """Counters and histograms of one replica, updated inline by the server."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_model_len: int = 8192) -> None:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.success: dict[str, int] = {"stop": 0, "length": 0, "abort": 0, "error": 0}
@@ -38,6 +54,15 @@ class ServerStats:
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(REQUEST_LATENCY_BUCKETS)
         self.queue = Histogram(REQUEST_LATENCY_BUCKETS)
+        # per finished request, as vLLM V1's FinishedRequestStats: scheduled → first token → last token
+        self.prefill = Histogram(REQUEST_LATENCY_BUCKETS)
+        self.decode = Histogram(REQUEST_LATENCY_BUCKETS)
+        self.inference = Histogram(REQUEST_LATENCY_BUCKETS)
+        tokens = buckets_1_2_5(max_model_len)
+        self.request_prompt = Histogram(tokens)
+        self.request_generation = Histogram(tokens)
+        self.params_max_tokens = Histogram(tokens)
+        self.params_n = Histogram(N_BUCKETS)
         self.emit_lag = Histogram(EMIT_LAG_BUCKETS)
         self.emit_lag_max = 0.0
         self.rejected = 0
@@ -87,6 +112,17 @@ class SimCollector:
             ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", s.e2e),
             ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
              s.queue),
+            ("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
+             s.prefill),
+            ("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+             s.decode),
+            ("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+             s.inference),
+            ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", s.request_prompt),
+            ("vllm:request_generation_tokens", "Number of generation tokens processed.", s.request_generation),
+            ("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
+             s.params_max_tokens),
+            ("vllm:request_params_n", "Histogram of the n request parameter.", s.params_n),
             ("slogate_sim_emit_lag_seconds", "|actual − scheduled| write time of each streamed token.",
              s.emit_lag),
         ):

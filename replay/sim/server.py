@@ -121,7 +121,7 @@ class Replica:
         self.created = int(time.time())
         scale = (lambda t: faults.slowdown_at(t - self.t0)) if faults.slowdown else None
         self.engine = Engine(spec, RealClock(pacer), replica=index, scale=scale)
-        self.stats = ServerStats()
+        self.stats = ServerStats(spec.max_model_len)
         self.rng = random.Random(spec.config.seed * 7919 + index)
         self.fault_rng = random.Random(faults.seed * 7919 + index)
         self.inflight: set[Sink] = set()
@@ -306,11 +306,11 @@ class Replica:
         if isinstance(ps, web.Response):
             return ps
         try:
-            n = _lax_int(body, "n", 1)
+            n = _lax_int(body, "n", 1) or 0  # (never None: the default is 1)
             mt = _lax_int(body, "max_completion_tokens", None) if kind == "chat" else None
             if mt is None:
                 mt = _lax_int(body, "max_tokens", None if kind == "chat" else 16)
-            min_tokens = _lax_int(body, "min_tokens", 0)
+            min_tokens = _lax_int(body, "min_tokens", 0) or 0
             stream = _lax_bool(body, "stream")
             ignore_eos = _lax_bool(body, "ignore_eos")
         except _BadField as bad:
@@ -364,7 +364,8 @@ class Replica:
         codec = protocol.ChunkCodec(kind, protocol.new_id(kind), int(time.time()), self.model_name)
         sink = Sink(kind=kind, codec=codec, n=n_out, reason=reason, prompt_tokens=n_prompt, stats=self.stats,
                     fault=fault, include_usage=r.include_usage, word0=self.rng.randrange(len(tokenizer.WORDS)),
-                    abort=self.engine.abort, report_cached=self.opts.enable_prompt_tokens_details)
+                    abort=self.engine.abort, report_cached=self.opts.enable_prompt_tokens_details,
+                    max_tokens=r.max_tokens if r.max_tokens is not None else self.max_len - n_prompt)
         resp: web.StreamResponse | None = None
         if r.stream:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",

@@ -33,15 +33,16 @@ def frame(data: bytes) -> bytes:
 class Sink:
     """Token events of one request → bytes on its connection (stream) or one body (non-stream)."""
 
-    __slots__ = ("abort", "arrival", "cached", "codec", "done", "fault", "held", "include_usage", "kind",
-                 "last", "n", "prompt_tokens", "reason", "req", "sent", "stats", "transport", "word0")
+    __slots__ = ("abort", "arrival", "cached", "codec", "done", "fault", "first", "held", "include_usage", "kind",
+                 "last", "max_tokens", "n", "prompt_tokens", "reason", "req", "sent", "stats", "transport", "word0")
 
     def __init__(self, *, kind: str, codec: protocol.ChunkCodec, n: int, reason: str, prompt_tokens: int,
                  stats: ServerStats, fault: RequestFault | None, include_usage: bool, word0: int,
-                 abort: Callable[[SimReq], None], report_cached: bool) -> None:
+                 abort: Callable[[SimReq], None], report_cached: bool, max_tokens: int = 0) -> None:
         self.kind = kind
         self.codec = codec
         self.n = n
+        self.max_tokens = max_tokens  # the request's, or what is left of the context (vLLM's default)
         self.reason = reason
         self.prompt_tokens = prompt_tokens
         self.stats = stats
@@ -55,6 +56,7 @@ class Sink:
         self.done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.sent = 0
         self.arrival = 0.0
+        self.first = 0.0
         self.last = 0.0
         self.held: list[bytes] | None = None
 
@@ -66,6 +68,7 @@ class Sink:
         st = self.stats
         st.generation_tokens += 1
         if k == 0:
+            self.first = t
             st.ttft.observe(t - self.arrival)
             st.prompt_tokens += self.prompt_tokens
         else:
@@ -108,6 +111,13 @@ class Sink:
         st.e2e.observe(t - self.arrival)
         if req.first_sched is not None:
             st.queue.observe(req.first_sched - self.arrival)
+            st.prefill.observe(self.first - req.first_sched)
+            st.inference.observe(self.last - req.first_sched)
+        st.decode.observe(self.last - self.first)
+        st.request_prompt.observe(self.prompt_tokens)
+        st.request_generation.observe(self.n)
+        st.params_max_tokens.observe(self.max_tokens)
+        st.params_n.observe(1)
         st.success[self.reason] += 1
         if self.done.done():
             return

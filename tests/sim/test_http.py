@@ -196,6 +196,45 @@ async def test_metrics_vllm_names(sim_constant, http):
     assert 'finished_reason="length"' in text
 
 
+async def _samples(http: aiohttp.ClientSession, url: str) -> dict[tuple[str, str], float]:
+    """(sample name, le) -> value of every vllm: sample on /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with http.get(url + "/metrics") as r:
+        text = await r.text()
+    return {(smp.name, smp.labels.get("le", "")): smp.value for fam in text_string_to_metric_families(text)
+            for smp in fam.samples if smp.name.startswith("vllm:")}
+
+
+async def test_per_request_histograms_like_vllm_v1(sim_constant, http):
+    """vLLM V1's per-request histograms, from one request (1 prompt token, 3 generated, max_tokens 3) on the
+    constant-timing sim (TTFT 40 ms, ITL 5 ms): prefill = scheduled → first token, decode = first → last
+    token, inference = their sum; token counts in 1-2-5 buckets up to max_model_len (8192)."""
+    before = await _samples(http, sim_constant.url)
+    st, _ = await post(http, sim_constant.url + "/v1/completions",
+                       {"model": MODEL, "prompt": "abc", "max_tokens": 3, "ignore_eos": True, "stream": True})
+    assert st == 200
+    after = await _samples(http, sim_constant.url)
+    delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    for name in ("prefill_time_seconds", "decode_time_seconds", "inference_time_seconds", "prompt_tokens",
+                 "generation_tokens", "params_max_tokens", "params_n"):
+        assert delta[(f"vllm:request_{name}_count", "")] == 1, name
+    assert delta[("vllm:request_prompt_tokens_bucket", "1.0")] == 1
+    assert delta[("vllm:request_generation_tokens_bucket", "2.0")] == 0
+    assert delta[("vllm:request_generation_tokens_bucket", "5.0")] == 1
+    assert delta[("vllm:request_params_max_tokens_bucket", "2.0")] == 0
+    assert delta[("vllm:request_params_max_tokens_bucket", "5.0")] == 1
+    assert delta[("vllm:request_params_n_bucket", "1.0")] == 1
+    assert ("vllm:request_prompt_tokens_bucket", "5000.0") in after
+    assert ("vllm:request_prompt_tokens_bucket", "10000.0") not in after
+    prefill = delta[("vllm:request_prefill_time_seconds_sum", "")]
+    decode = delta[("vllm:request_decode_time_seconds_sum", "")]
+    queue = delta[("vllm:request_queue_time_seconds_sum", "")]
+    assert decode == pytest.approx(0.010, abs=0.002)  # two 5 ms gaps
+    assert queue + prefill == pytest.approx(0.040, abs=0.003)  # the 40 ms TTFT
+    assert delta[("vllm:request_inference_time_seconds_sum", "")] == pytest.approx(prefill + decode, abs=1e-6)
+
+
 async def test_disconnect_aborts_and_frees_blocks(sim_roofline, http):
     body = {"model": MODEL, "prompt": words(500), "max_tokens": 4000, "ignore_eos": True, "stream": True}
     async with http.post(sim_roofline.url + "/v1/completions", json=body) as r:
