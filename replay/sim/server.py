@@ -143,8 +143,23 @@ class Replica:
         r.add_get("/health", self.health)
         r.add_get("/version", self.version)
         r.add_get("/metrics", self.metrics)
+        self._allowed: dict[str, str] = {}  # path -> its methods, for the 405s below
+        for route in r.routes():
+            path = route.resource.canonical if route.resource is not None else ""
+            methods = self._allowed.get(path, "")
+            self._allowed[path] = f"{methods}, {route.method}" if methods else route.method
+        r.add_route("*", "/{tail:.*}", self.unrouted)  # matched last: only what no route above takes
         self.tasks: list[asyncio.Task[None]] = []
         self.closing = asyncio.Event()  # set on shutdown: hung requests and streams end
+
+    async def unrouted(self, request: web.Request) -> web.Response:
+        """A path or method the server does not serve: 404 or 405 with a JSON body, as vLLM's FastAPI
+        app answers (`{"detail": "Not Found"}`), not aiohttp's plain text."""
+        allowed = self._allowed.get(request.path)
+        if allowed is None:
+            return web.Response(body=b'{"detail":"Not Found"}', status=404, content_type=JSON)
+        return web.Response(body=b'{"detail":"Method Not Allowed"}', status=405, content_type=JSON,
+                            headers={"Allow": allowed})
 
     def start(self) -> None:
         self.tasks.append(asyncio.create_task(self.engine.run()))

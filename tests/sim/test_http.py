@@ -235,6 +235,18 @@ async def test_per_request_histograms_like_vllm_v1(sim_constant, http):
     assert delta[("vllm:request_inference_time_seconds_sum", "")] == pytest.approx(prefill + decode, abs=1e-6)
 
 
+@pytest.mark.parametrize(("method", "path", "status", "detail", "allow"), [
+    ("GET", "/v1/chat/completions", 405, "Method Not Allowed", "POST"),
+    ("POST", "/v1/models", 405, "Method Not Allowed", "HEAD, GET"),
+    ("GET", "/v1/nothing", 404, "Not Found", None),
+])
+async def test_unknown_paths_and_methods_answer_json_like_vllm(sim_constant, http, method, path, status, detail, allow):
+    """vLLM's FastAPI app answers these with a JSON body, not aiohttp's plain text."""
+    async with http.request(method, sim_constant.url + path, json={}) as r:
+        assert (r.status, r.content_type, await r.json()) == (status, "application/json", {"detail": detail})
+        assert r.headers.get("Allow") == allow
+
+
 async def test_disconnect_aborts_and_frees_blocks(sim_roofline, http):
     body = {"model": MODEL, "prompt": words(500), "max_tokens": 4000, "ignore_eos": True, "stream": True}
     async with http.post(sim_roofline.url + "/v1/completions", json=body) as r:
