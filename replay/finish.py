@@ -1,7 +1,7 @@
 """From what the workers sent back to a run's results: records in order, warmup removed, the summary.
 
 Pure functions of per-request records (shared by `replay.run` and `replay.merge`, so a merged run
-is computed exactly like a single one) plus command-line redaction. Never does I/O.
+is computed exactly like a single one). Never does I/O.
 """
 
 from __future__ import annotations
@@ -18,25 +18,6 @@ from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.slo import Slo
 from slogate.traces.summary import Planned, RunSummary, Window, offered_window, run_window
 from slogate.traces.summary import summarize as summarize_records
-
-
-def redact(command: list[str]) -> list[str]:
-    """The command line with secrets replaced: --api-key values and Authorization headers."""
-    out, hide = [], False
-    for arg in command:
-        if hide:
-            out.append("***")
-            hide = False
-        elif arg in ("--api-key",):
-            out.append(arg)
-            hide = True
-        elif arg.startswith("--api-key="):
-            out.append("--api-key=***")
-        elif arg.lower().startswith(("authorization:", "authorization=")) or "bearer " in arg.lower():
-            out.append(arg.split(":", 1)[0] + ":***")
-        else:
-            out.append(arg)
-    return out
 
 
 def window(records: Sequence[RequestRecord], *, open_loop: bool) -> Window:

@@ -27,6 +27,7 @@ from slogate.replay.client import ClientConfig
 from slogate.replay.forcing import Forcing, choose
 from slogate.replay.interrupt import Interrupt, Interrupted
 from slogate.replay.prompts import WORDS, PromptPlan, calibrate, content_convention, verify
+from slogate.replay.redact import redact
 from slogate.replay.results import Environment, Results
 from slogate.replay.sessions import SESSION_HEADER
 from slogate.replay.target import Probe, apply_probe, check_model, parse_target, probe, start_sim
@@ -384,7 +385,7 @@ def _environment(options: ReplayOptions, workload: Workload, info: Probe, forcin
                  start_wall: float, *, workers: int) -> Environment:
     return apply_probe(Environment(
         target=options.target, models=info.models, server_version=info.server_version, labels=dict(options.labels),
-        trace=options.trace, trace_digest=options.trace_digest, seed=options.seed, command=finish.redact(options.command),
+        trace=options.trace, trace_digest=options.trace_digest, seed=options.seed, command=redact(options.command),
         slogate_version=__version__, start_unix=start_wall, endpoint=endpoint_path(options.endpoint),
         stream=options.stream, output_forcing=forcing.mode, tokenizer=tokenizer,
         slo={s.name: s.spec() for s in options.slos}, shard=options.shard, server_kind=info.kind,

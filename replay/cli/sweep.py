@@ -24,6 +24,7 @@ from slogate.replay import serve_cmd
 from slogate.replay import sweep as sweep_io
 from slogate.replay.cli import replay as replay_cli
 from slogate.replay.interrupt import interrupt_status, signals_as_interrupt
+from slogate.replay.redact import redact
 from slogate.replay.results import Results
 from slogate.replay.sweep import Sweep, SweepPoint, analyze, next_refine_x, point_dir_name, point_from_results
 from slogate.traces.slo import SloError, parse_slo
@@ -155,12 +156,13 @@ def run_grid(args: argparse.Namespace, replay_args: list[str], *, mode: str, fla
             continue
         port = serve_cmd.free_port()
         argv_srv = serve_cmd.render(args.serve_cmd, {"port": str(port), **values})
-        row: dict[str, object] = {"dir": name, "grid": values, "command": argv_srv, "status": "ok"}
+        shown = shlex.join(redact(argv_srv))  # what grid.json and the runs' labels record
+        row: dict[str, object] = {"dir": name, "grid": values, "command": redact(argv_srv), "status": "ok"}
         (out / name).mkdir(parents=True, exist_ok=True)
-        print(f"sweep: {name}: starting {shlex.join(argv_srv)}", flush=True)
+        print(f"sweep: {name}: starting {shown}", flush=True)
         try:
             with serve_cmd.serve(argv_srv, port, out / name / "server.log", ready_timeout_s=args.ready_timeout) as url:
-                labels = ["--label", f"serve_cmd={shlex.join(argv_srv)}"]
+                labels = ["--label", f"serve_cmd={shown}"]
                 labels += [a for k, v in values.items() for a in ("--label", f"grid.{k}={v}")]
                 r_args = [*replay_args, "--target", url, *labels]
                 sweep = run_sweep(r_args, replay_cli.parser().parse_args(r_args), mode=mode, flag=flag, xs=xs,
@@ -174,7 +176,8 @@ def run_grid(args: argparse.Namespace, replay_args: list[str], *, mode: str, fla
         if row["status"] != "ok":
             print(f"sweep: {name}: FAILED: {row['error']}", flush=True)
         rows.append(row)
-        grid_file.write_text(json.dumps({"serve_cmd": args.serve_cmd, "mode": mode, "points": rows}, indent=2) + "\n")
+        grid_file.write_text(json.dumps({"serve_cmd": redact(["--serve-cmd", args.serve_cmd])[1], "mode": mode,
+                                         "points": rows}, indent=2) + "\n")
     for row in rows:
         best = row.get("max_x_meeting_slo")
         print(f"{row['dir']}: {row['status']}" + (f", largest {mode} meeting the SLO: {best}" if row["status"] == "ok"
@@ -190,7 +193,7 @@ def run_sweep(replay_args: Sequence[str], replay_ns: argparse.Namespace, *, mode
     `replay_args` are the `slogate replay` options as given (recorded in each run's command),
     `replay_ns` the same parsed."""
     out.mkdir(parents=True, exist_ok=True)
-    sweep = Sweep(mode=mode, attainment_target=attainment, command=list(command))
+    sweep = Sweep(mode=mode, attainment_target=attainment, command=redact(list(command)))
 
     def point(x: float, refined: bool = False) -> None:
         p, results = run_point(replay_args, replay_ns, flag, x, out, verbose=verbose, refined=refined)

@@ -19,6 +19,7 @@ from slogate.replay.plan import capacity as cap
 from slogate.replay.plan import cost as costs
 from slogate.replay.plan import feasibility, scaling
 from slogate.replay.plan.candidates import Candidate
+from slogate.replay.redact import redact
 from slogate.replay.sim import catalog
 from slogate.replay.sim.config import vllm_defaults
 from slogate.traces.metrics import summarize as distribution
@@ -126,7 +127,7 @@ def plan(workload: wl.Workload, candidates: Sequence[Candidate], settings: Setti
                prompt_p90_tokens=int(prompts.p90 or 0), slo=settings.slo.spec(),
                attainment_target=settings.attainment, headroom=settings.headroom,
                peak_window_s=settings.peak_window_s, at_rate_rps=settings.at_rate_rps,
-               peak_rps=costs.peak_rate([r.t for r in reqs], settings.peak_window_s), command=list(command),
+               peak_rps=costs.peak_rate([r.t for r in reqs], settings.peak_window_s), command=redact(list(command)),
                sim_build=sim.BUILD)
     tasks = families(candidates) if settings.fast else [[i] for i in range(len(candidates))]
     rows: list[CandidatePlan | None] = [None] * len(candidates)

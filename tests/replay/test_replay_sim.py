@@ -51,7 +51,8 @@ def test_warmup_outputs_and_api_key(tmp_path) -> None:
     with start_sim(timing="constant", ttft_ms=2, itl_ms=1) as sim:
         rc = replay_main(["--synthetic", "constant:rate=40", "--max-requests", "40", "--input-tokens", "fixed:30",
                           "--output-tokens", "fixed:5", "--warmup", "10", "--target", sim.url, "--out", str(out),
-                          "--api-key", "sk-secret-123", "--label", "gpu=sim", "--slo", "ttft=0.5,tpot=50ms",
+                          "--api-key", "sk-secret-123", "--header", "X-Api-Key:hdr-secret-456",
+                          "--header=Authorization:Basic basic-secret-789", "--label", "gpu=sim", "--slo", "ttft=0.5,tpot=50ms",
                           "--cost-per-hour", "2.5", "--quiet", "--scrape-metrics", "0.1"])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
@@ -62,8 +63,10 @@ def test_warmup_outputs_and_api_key(tmp_path) -> None:
     assert env["labels"] == {"gpu": "sim"} and env["server_kind"] == "slogate-sim"
     assert env["output_forcing"] == "ignore_eos" and env["tokenizer"] == "server:/tokenize"
     assert "***" in env["command"]
+    assert "X-Api-Key:***" in env["command"] and "--header=Authorization:***" in env["command"]
     for f in out.iterdir():
-        assert b"sk-secret-123" not in f.read_bytes(), f
+        for secret in (b"sk-secret-123", b"hdr-secret-456", b"basic-secret-789"):
+            assert secret not in f.read_bytes(), f
     header, records = formats.load(out / "requests.jsonl.zst")
     assert len(records) == 30 and all(r.output_tokens == 5 and r.input_tokens == 30 for r in records)
     assert header.source == "replay"
