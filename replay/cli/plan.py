@@ -15,6 +15,7 @@ from pathlib import Path
 
 from slogate.replay import workload as wl
 from slogate.replay.cli import replay as replay_cli
+from slogate.replay.cli.args import output_dir
 from slogate.replay.plan import candidates as cands
 from slogate.replay.plan import output
 from slogate.replay.plan.planner import Settings, plan
@@ -129,14 +130,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs = parse_jobs(ns.jobs)
     candidates = cands.expand(cands.parse_candidates(ns.candidates), cands.parse_grid(ns.grid))
     workload, path = workload_from(ns)
+    if ns.out:
+        output_dir(Path(ns.out))  # before minutes of planning
     progress = None if ns.json else (lambda c: print(output.progress_line(c), file=sys.stderr, flush=True))
     result = plan(workload, candidates, settings, trace=path, command=["slogate", "plan", *argv], on_candidate=progress,
                   jobs=jobs)
     result.candidates = output.by_cost(result)  # plan.json lists them in the table's order
     if ns.out:
         out = Path(ns.out)
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"--out {out} exists and is not a directory")
         out.mkdir(parents=True, exist_ok=True)
         output.dump(result, out / "plan.json")
     if ns.json:

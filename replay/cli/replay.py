@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from slogate.replay import workload as wl
-from slogate.replay.cli.args import Parser, pairs, seconds
+from slogate.replay.cli.args import Parser, output_dir, pairs, seconds
 from slogate.replay.sessions import SESSION_HEADER
 from slogate.traces.usage import UsageError
 
@@ -363,8 +363,7 @@ def plan(ns: argparse.Namespace, *, command: list[str]) -> tuple[wl.Workload, Re
     except (wl.WorkloadError, SloError) as exc:
         raise UsageError(str(exc)) from None
     out = Path(ns.out or time.strftime("slogate-replay-%Y%m%d-%H%M%S"))
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} exists and is not a directory")
+    output_dir(out)  # before any request is sent
     options = ReplayOptions(
         target=ns.target, model=ns.model, endpoint=ns.endpoint, stream=not ns.no_stream,
         headers=pairs(ns.header, ":", "--header"), api_key=ns.api_key, timeout_s=seconds(ns.timeout, "--timeout"),

@@ -23,6 +23,7 @@ from pathlib import Path
 from slogate.replay import serve_cmd
 from slogate.replay import sweep as sweep_io
 from slogate.replay.cli import replay as replay_cli
+from slogate.replay.cli.args import output_dir
 from slogate.replay.interrupt import interrupt_status, signals_as_interrupt
 from slogate.replay.redact import redact
 from slogate.replay.results import Results
@@ -93,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     xs = parse_points(getattr(args, opt), opt, integer=mode == "concurrency")
     if (args.grid or args.resume) and not args.serve_cmd:
         raise UsageError("--grid and --resume go with --serve-cmd 'CMD … {port} …'")
+    output_dir(Path(args.out))  # before the first point
     # Ctrl-C or SIGTERM between points (or while a --serve-cmd server starts) unwinds through the
     # cleanup: a started server is stopped, never left behind. During a point the replay handles them.
     with signals_as_interrupt():
