@@ -90,6 +90,26 @@ def dump(results: Results, path: str | Path) -> None:
     write_json(results, path)
 
 
+class _Written(msgspec.Struct):
+    """What every results.json that slogate wrote holds (all of Results' fields have defaults, so
+    without this check any JSON object, e.g. `{}` or a plan.json, would read as a run of 0 requests)."""
+
+    class Summary(msgspec.Struct):
+        requests: int
+
+    schema_version: int
+    summary: Summary
+
+
 def load(path: str | Path) -> Results:
-    """Read a results.json (a directory holding one is accepted too)."""
-    return read_json(path, Results, "results.json")
+    """Read a results.json (a directory holding one is accepted too). A file that is not one (no
+    schema_version or summary.requests) or of a newer schema is a msgspec.ValidationError."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "results.json"
+    data = p.read_bytes()
+    written = msgspec.json.decode(data, type=_Written)
+    if written.schema_version > RESULTS_SCHEMA_VERSION:
+        raise msgspec.ValidationError(f"schema_version {written.schema_version} is newer than this slogate reads "
+                                      f"({RESULTS_SCHEMA_VERSION}): upgrade slogate")
+    return msgspec.json.decode(data, type=Results)

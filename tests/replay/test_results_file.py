@@ -1,0 +1,50 @@
+"""Only a results.json that slogate wrote is read as a run: `{}` or a plan.json used to read as a run of
+0 requests (every Results field has a default), so a `compare --fail-if` gate passed on it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slogate.cli import main as slogate
+
+TRACE = str(Path(__file__).resolve().parents[2] / "traces" / "samples" / "azure_conv_10min.csv")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "run"
+    assert slogate(["replay", TRACE, "--target", "sim:h100-sxm/llama-3-8b", "--virtual", "--max-requests", "30",
+                    "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def _bad(tmp_path: Path, run: Path, kind: str) -> Path:
+    d = tmp_path / kind
+    d.mkdir()
+    if kind == "empty-object":
+        doc: dict = {}
+    elif kind == "plan-json":
+        doc = {"schema_version": 1, "candidates": [], "command": ["slogate", "plan"]}
+    else:  # a newer schema than this slogate reads
+        doc = json.loads((run / "results.json").read_text()) | {"schema_version": 99}
+    (d / "results.json").write_text(json.dumps(doc))
+    return d
+
+
+@pytest.mark.parametrize(("kind", "fragment"), [
+    ("empty-object", "missing required field `schema_version`"),
+    ("plan-json", "missing required field `summary`"),
+    ("newer-schema", "schema_version 99 is newer than this slogate reads"),
+])
+def test_compare_and_report_refuse_what_is_not_a_run(tmp_path: Path, run: Path, capsys: pytest.CaptureFixture[str],
+                                                      kind: str, fragment: str) -> None:
+    bad = _bad(tmp_path, run, kind)
+    for command in (["compare", str(run), str(bad), "--fail-if", "failed>+0"],
+                    ["report", str(bad), "-o", str(tmp_path / "r.html")]):
+        assert slogate(command) == 2, command
+        err = capsys.readouterr().err.strip()
+        assert "not a slogate results.json" in err and fragment in err and len(err.splitlines()) == 1, err
+    assert slogate(["compare", str(run), str(run)]) == 0  # a real run still reads
