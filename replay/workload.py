@@ -6,6 +6,7 @@ duration, max-requests, warmup, shard). Never does I/O, never looks at a clock, 
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable, Sequence
 
@@ -112,8 +113,8 @@ def window(reqs: Sequence[PlannedRequest], start: float, end: float | None) -> l
 
 def speed(reqs: Sequence[PlannedRequest], factor: float) -> list[PlannedRequest]:
     """Compress time by `factor` (2 = twice as fast)."""
-    if not factor > 0:
-        raise WorkloadError(f"bad speed {factor!r}: must be > 0 (2 = twice as fast)")
+    if not 0 < factor < math.inf:
+        raise WorkloadError(f"bad speed {factor!r}: must be > 0 and finite (2 = twice as fast)")
     return [msgspec.structs.replace(r, t=r.t / factor) for r in reqs]
 
 
@@ -127,8 +128,8 @@ def mean_rate(reqs: Sequence[PlannedRequest]) -> float | None:
 
 def rate(reqs: Sequence[PlannedRequest], target_rps: float) -> list[PlannedRequest]:
     """Rescale time so the mean rate becomes `target_rps` (the shape of the arrivals is kept)."""
-    if not target_rps > 0:
-        raise WorkloadError(f"bad rate {target_rps!r}: must be > 0 requests/s")
+    if not 0 < target_rps < math.inf:
+        raise WorkloadError(f"bad rate {target_rps!r}: must be > 0 and finite requests/s")
     current = mean_rate(reqs)
     if current is None:
         raise WorkloadError("--rate needs at least two requests at different times")

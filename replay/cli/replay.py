@@ -10,6 +10,7 @@ This module holds no measurement logic.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -219,16 +220,18 @@ def transform(w: wl.Workload, ns: argparse.Namespace, duration: float | None) ->
         start, end = wl.parse_window(ns.window)
         reqs = wl.window(reqs, start, end)
         desc.append(f"window={ns.window}")
-    if ns.sample:
+    if ns.sample is not None:
         reqs = wl.sample(reqs, ns.sample, ns.seed)
         desc.append(f"sample={ns.sample:g}")
-    if ns.speed and not w.concurrency:
+    if ns.speed is not None and not w.concurrency:
         reqs = wl.speed(reqs, ns.speed)
         desc.append(f"speed={ns.speed:g}")
-    if ns.rate and not w.concurrency:
+    if ns.rate is not None and not w.concurrency:
         reqs = wl.rate(reqs, ns.rate)
         desc.append(f"rate={ns.rate:g}")
-    if ns.concurrency:
+    if ns.concurrency is not None:
+        if ns.concurrency < 1:
+            raise UsageError(f"bad --concurrency {ns.concurrency}: must be ≥ 1 request in flight")
         w.concurrency, w.duration_s = ns.concurrency, duration
         desc.append(f"concurrency={ns.concurrency}" + (f" duration={ns.duration}" if ns.duration else ""))
     elif duration is not None:
@@ -236,7 +239,7 @@ def transform(w: wl.Workload, ns: argparse.Namespace, duration: float | None) ->
         desc.append(f"duration={ns.duration}" + (" loop" if ns.loop else ""))
     elif ns.loop:
         raise UsageError("--loop needs --duration (how long to keep repeating the trace)")
-    if ns.max_requests:
+    if ns.max_requests is not None:
         reqs = wl.max_requests(reqs, ns.max_requests)
         desc.append(f"max_requests={ns.max_requests}")
     if ns.warmup:
@@ -362,6 +365,10 @@ def plan(ns: argparse.Namespace, *, command: list[str]) -> tuple[wl.Workload, Re
         slos = [parse_slo(s, default_name=f"slo{i}" if i else "default") for i, s in enumerate(ns.slo)]
     except (wl.WorkloadError, SloError) as exc:
         raise UsageError(str(exc)) from None
+    if ns.cost_per_hour is not None and not 0 <= ns.cost_per_hour < math.inf:
+        raise UsageError(f"bad --cost-per-hour {ns.cost_per_hour!r}: USD per hour of the setup, ≥ 0 (e.g. 2.5)")
+    if not seconds(ns.timeout, "--timeout") > 0:
+        raise UsageError(f"bad --timeout {ns.timeout}: must be > 0 (e.g. 600s)")
     out = Path(ns.out or time.strftime("slogate-replay-%Y%m%d-%H%M%S"))
     output_dir(out)  # before any request is sent
     options = ReplayOptions(

@@ -1,0 +1,37 @@
+"""Zero, infinite, negative or NaN option values are one-line errors (exit 2), never silently ignored:
+`--max-requests 0` used to replay the whole trace and `--speed 0` to replay at the trace's speed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slogate.cli import main as slogate
+
+TRACE = str(Path(__file__).resolve().parents[2] / "traces" / "samples" / "azure_conv_10min.csv")
+
+
+@pytest.mark.parametrize(("option", "fragment"), [
+    (["--max-requests", "0"], "bad --max-requests 0: must be ≥ 1"),
+    (["--speed", "0"], "bad speed 0.0: must be > 0 and finite"),
+    (["--speed", "inf"], "bad speed inf: must be > 0 and finite"),
+    (["--rate", "0"], "bad rate 0.0: must be > 0 and finite"),
+    (["--sample", "0"], "bad sample fraction 0.0: must be in (0, 1]"),
+    (["--concurrency", "0"], "bad --concurrency 0: must be ≥ 1"),
+    (["--cost-per-hour", "-5"], "bad --cost-per-hour -5.0"),
+    (["--cost-per-hour", "nan"], "bad --cost-per-hour nan"),
+    (["--timeout", "0"], "bad --timeout 0: must be > 0"),
+])
+def test_a_meaningless_value_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 option: list[str], fragment: str) -> None:
+    assert slogate(["replay", TRACE, "--target", "sim:h100-sxm/llama-3-8b", "--virtual", "--out",
+                    str(tmp_path / "run"), "--quiet", *option]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_plan_refuses_max_requests_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert slogate(["plan", TRACE, "--slo", "ttft=2", "--candidates", "h100-sxm/llama-3-8b", "--max-requests", "0"]) == 2
+    assert "bad --max-requests 0: must be ≥ 1" in capsys.readouterr().err
