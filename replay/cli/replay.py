@@ -207,9 +207,17 @@ def build_workload(ns: argparse.Namespace) -> tuple[wl.Workload, str | None, str
         w = trace_workload(trace)
     else:
         raise UsageError("give a TRACE file or --synthetic SPEC (see slogate replay --help)")
+    n_given = len(w.requests)
     transform(w, ns, duration)
     if not w.requests:
-        raise UsageError("the workload is empty after --window/--sample/--duration/--max-requests/--shard")
+        narrowed = [flag for flag, value in (("--window", ns.window), ("--sample", ns.sample), ("--duration", ns.duration),
+                                             ("--max-requests", ns.max_requests), ("--shard", ns.shard)) if value]
+        if not n_given or not narrowed:
+            raise UsageError("the trace has no requests to replay")
+        raise UsageError(f"the workload is empty after {', '.join(narrowed)} (the trace has {n_given} requests)")
+    if not w.measured:
+        raise UsageError(f"--warmup {ns.warmup} covers all {len(w.requests)} requests: nothing is left to measure "
+                         "(give a smaller --warmup or more requests)")
     return w, trace_path, digest
 
 

@@ -35,3 +35,27 @@ def test_a_meaningless_value_is_a_one_line_error(tmp_path: Path, capsys: pytest.
 def test_plan_refuses_max_requests_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert slogate(["plan", TRACE, "--slo", "ttft=2", "--candidates", "h100-sxm/llama-3-8b", "--max-requests", "0"]) == 2
     assert "bad --max-requests 0: must be ≥ 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("option", "fragment"), [
+    (["--max-requests", "30", "--warmup", "30"], "--warmup 30 covers all 30 requests: nothing is left to measure"),
+    (["--max-requests", "50", "--warmup", "5000"], "--warmup 5000 covers all 50 requests"),
+    (["--window", "9000:9100"], "the workload is empty after --window (the trace has 2867 requests)"),
+])
+def test_nothing_to_measure_is_an_error_that_names_why(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        option: list[str], fragment: str) -> None:
+    """A warm-up that eats the whole workload used to give a run of 0 requests with real-looking zeros
+    (attainment 0 %, 0 req/s) and a report that called it trustworthy."""
+    assert slogate(["replay", TRACE, "--target", "sim:h100-sxm/llama-3-8b", "--virtual", "--out",
+                    str(tmp_path / "run"), "--quiet", *option]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and len(err.splitlines()) == 1, err
+
+
+def test_an_unknown_format_names_the_flag_each_command_has(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "t.txt").write_text("garbage\n")
+    for command in (["replay", str(tmp_path / "t.txt"), "--target", "sim:h100-sxm/llama-3-8b", "--virtual"],
+                    ["trace", "stats", str(tmp_path / "t.txt")]):
+        assert slogate(command) == 2
+        err = capsys.readouterr().err
+        assert "--format FMT (replay, plan) or --from FMT (trace)" in err and "parquet" not in err, err

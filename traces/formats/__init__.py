@@ -53,7 +53,8 @@ def guess_format(path: PathLike, *, for_output: bool = False) -> str:
         for fmt in FORMATS:
             if module(fmt).sniff(head):
                 return fmt
-        raise FormatError(f"cannot tell the trace format of {path}: pass --from with one of {', '.join(FORMATS)}")
+        raise FormatError(f"cannot tell the trace format of {path}: name it with --format FMT (replay, plan) or "
+                          f"--from FMT (trace), one of {', '.join(INPUT_FORMATS)}")
     name = p.name.lower()
     for fmt in FORMATS:
         if name.endswith(module(fmt).SUFFIXES):
