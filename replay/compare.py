@@ -395,6 +395,22 @@ def _describe(bound: Bound, measured: float, value: float | None) -> str:
 # -- the whole comparison as data (for --json and the table) ----------------------------------------
 
 
+def mismatches(sides: Sequence[Side]) -> list[str]:
+    """What makes the sides' numbers differ by definition rather than by performance: runs (or traces
+    summarized with them) judged under different SLOs, runs that replayed different traces. One line each."""
+    runs = [s for s in sides if s.kind in ("run", "trace")]
+    out = []
+    slos = {s.name: ", ".join(f"{k}: {v}" for k, v in sorted(s.results.environment.slo.items())) for s in runs}
+    if len(set(slos.values())) > 1:
+        shown = "; ".join(f"{name} {spec or 'none'}" for name, spec in slos.items())
+        out.append(f"the sides were judged under different SLOs ({shown}): SLO attainment and goodput differ by "
+                   "definition, not by performance")
+    digests = {s.name: s.results.environment.trace_digest for s in runs if s.kind == "run"}
+    if len({d for d in digests.values() if d}) > 1:
+        out.append("the runs replayed different traces (trace_digest differs): their load was not the same")
+    return out
+
+
 def comparison(sides: Sequence[Side], metrics: Sequence[str] | None = None,
                cis: Sequence[dict[str, tuple[float, float]] | None] | None = None) -> dict[str, object]:
     """`compare --json`: per metric the values, deltas, relative deltas and, per non-baseline side, the
@@ -418,6 +434,7 @@ def comparison(sides: Sequence[Side], metrics: Sequence[str] | None = None,
         "sides": [{"name": s.name, "source": s.source, "kind": s.kind,
                    "labels": s.results.environment.labels, "degraded": s.results.summary.degraded} for s in sides],
         "metrics": rows,
+        "warnings": mismatches(sides),
     }
 
 

@@ -28,6 +28,7 @@ from slogate.replay.compare import (
     flatten,
     intervals,
     load_side,
+    mismatches,
     parse_bound,
     slos_of,
     table_metrics,
@@ -287,6 +288,8 @@ def _print_sources(sides: Sequence[Side], cis: CIs | None = None) -> None:
         print(f"  {s.name}: {s.source}{extra}{degraded}")
         for note in s.notes:
             print(f"    {note}")
+    for warning in mismatches(sides):
+        print(f"  WARNING: {warning}")
 
 
 def print_checks(bounds: Sequence[object], violations: Sequence[Violation]) -> None:
