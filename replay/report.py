@@ -18,6 +18,7 @@ import msgspec
 from slogate.replay import report_repeats, report_sessions
 from slogate.replay import results as results_io
 from slogate.replay import sweep as sweep_io
+from slogate.replay.compare import CompareError, summarize_trace
 from slogate.replay.names import number_repeated_names
 from slogate.replay.plan import output as plan_output
 from slogate.replay.plan import vs_sweep
@@ -47,7 +48,8 @@ def collect(paths: Sequence[str | Path], *, with_records: bool = True) -> Report
     for raw in paths:
         p = Path(raw)
         if not p.exists():
-            raise ReportError(f"{p}: no such file or directory (give a run directory holding results.json, or a sweep directory)")
+            raise ReportError(f"{p}: no such file or directory (give a run directory holding results.json, a sweep "
+                              "directory or a captured trace)")
         if (p.is_dir() and (p / "plan.json").is_file() and not (p / "results.json").is_file()) or p.name == "plan.json":
             plans.append(_load(plan_output.load, p, "plan.json"))  # shown beside the sweeps (plan vs measurement)
         elif p.is_dir() and (p / "sweep.json").is_file():
@@ -81,7 +83,9 @@ def load_run(path: str | Path, *, name: str | None = None, with_records: bool = 
     p = Path(path)
     directory = p if p.is_dir() else p.parent
     results_file = p / "results.json" if p.is_dir() else p
-    if not results_file.is_file():
+    if not results_file.is_file() or (p.is_file() and p.name.endswith(".jsonl.zst")):
+        if _is_trace(p):
+            return load_capture(p, name=name, with_records=with_records)
         raise ReportError(f"{results_file}: missing (run `slogate replay … --out {directory}` first)")
     results = _load(results_io.load, results_file, "results.json")
     label = name or (directory.name if results_file.name == "results.json" else results_file.stem)
@@ -94,6 +98,26 @@ def load_run(path: str | Path, *, name: str | None = None, with_records: bool = 
             run.stability = msgspec.json.decode((directory / "stability.json").read_bytes(), type=Stability)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             run.notes.append(f"stability.json unreadable ({exc})")
+    return run
+
+
+def _is_trace(p: Path) -> bool:
+    """A slogate trace: a gateway capture directory (its .jsonl.zst segments) or one .jsonl.zst file."""
+    if p.is_dir():
+        return any(q.name.endswith(".jsonl.zst") for q in p.iterdir())
+    return p.name.endswith(".jsonl.zst")
+
+
+def load_capture(path: Path, *, name: str | None = None, with_records: bool = True) -> RunData:
+    """A captured trace as a run: summarized as `slogate compare` summarizes one (production beside the
+    candidates), with the SLOs its header records."""
+    try:
+        results, records = summarize_trace(path, with_records=True)
+    except CompareError as exc:
+        raise ReportError(str(exc)) from None
+    run = RunData(name=name or (path.name if path.is_dir() else path.name.removesuffix(".jsonl.zst")),
+                  path=str(path), results=results, records=records if with_records else [])
+    run.notes.append("a captured trace, summarized over its span (no replay: no schedule lag, telemetry or stability)")
     return run
 
 

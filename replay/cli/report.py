@@ -18,10 +18,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="slogate report",
         description="Write one self-contained HTML file (no remote assets) with the environment, the summary, "
         "TTFT/TPOT/E2E CDFs, a timeline per run and, for sweep directories, the throughput–latency curve.",
-        epilog="examples:\n  slogate report runs/a100 runs/h100 -o report.html\n  slogate report sweeps/h100 -o sweep.html",
+        epilog="examples:\n  slogate report runs/a100 runs/h100 -o report.html\n  slogate report sweeps/h100 -o sweep.html\n"
+        "  slogate report captures/prod runs/h100 -o prod-vs-h100.html   # a gateway capture beside a candidate",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="run directory (results.json …) or sweep directory (sweep.json)")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="run directory (results.json …), sweep directory (sweep.json), or a captured trace "
+                   "(capture directory or .jsonl.zst)")
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: report.html)")
     p.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib needed)")
     return p

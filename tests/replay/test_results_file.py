@@ -48,3 +48,19 @@ def test_compare_and_report_refuse_what_is_not_a_run(tmp_path: Path, run: Path, 
         err = capsys.readouterr().err.strip()
         assert "not a slogate results.json" in err and fragment in err and len(err.splitlines()) == 1, err
     assert slogate(["compare", str(run), str(run)]) == 0  # a real run still reads
+
+
+def test_report_draws_a_capture_beside_a_run(tmp_path: Path, run: Path) -> None:
+    """The README's "production vs candidate": `slogate report CAPTURE_DIR RUN` (a capture directory, or one
+    trace file) shows the capture summarized as `compare` summarizes it. It used to ask for a results.json."""
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    (cap / "seg-0.jsonl.zst").write_bytes((run / "requests.jsonl.zst").read_bytes())
+    for production in (cap, cap / "seg-0.jsonl.zst"):
+        html = tmp_path / "r.html"
+        assert slogate(["report", str(production), str(run), "-o", str(html)]) == 0
+        text = html.read_text()
+        assert "a captured trace, summarized over its span" in text and "run" in text
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert slogate(["report", str(empty), "-o", str(tmp_path / "e.html")]) == 2
