@@ -183,7 +183,10 @@ def timeline(run: RunData) -> str | None:
             axes[2].plot(xs, [percentile(sorted(b), 99) for b in bins if b], color=color, linewidth=1.0,
                          linestyle="--", label=f"{label} p99")
     axes[2].set_ylabel("latency (ms)")
-    axes[2].legend(loc="upper right", fontsize=8, ncol=4)
+    if any(s.ttft) or any(s.e2e):
+        axes[2].legend(loc="upper right", fontsize=8, ncol=4)
+    else:  # every request failed: no latency to draw
+        axes[2].text(0.5, 0.5, "no successful request", ha="center", va="center", transform=axes[2].transAxes)
     if run.scraped:
         _scraped_panel(axes[3], run.scraped)
     axes[-1].set_xlabel("seconds since the run started")

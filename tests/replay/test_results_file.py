@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from slogate.cli import main as slogate
+from tests.simserver import start_sim
 
 TRACE = str(Path(__file__).resolve().parents[2] / "traces" / "samples" / "azure_conv_10min.csv")
 
@@ -64,3 +65,17 @@ def test_report_draws_a_capture_beside_a_run(tmp_path: Path, run: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     assert slogate(["report", str(empty), "-o", str(tmp_path / "e.html")]) == 2
+
+
+@pytest.mark.filterwarnings("error")  # matplotlib's "No artists with labels found" used to leak to stderr
+def test_report_of_a_run_where_every_request_failed_draws_without_warnings(tmp_path: Path) -> None:
+    from slogate.replay import report
+
+    out = tmp_path / "failed"
+    with start_sim(timing="constant", ttft_ms=2, itl_ms=1, extra_args=["--fault", "error_rate=1.0"]) as sim:
+        slogate(["replay", TRACE, "--target", sim.url, "--max-requests", "10", "--speed", "50", "--out", str(out),
+                 "--quiet"])
+    summary = json.loads((out / "results.json").read_text())["summary"]
+    assert summary["requests"] == summary["failed"] == 10
+    assert report.plots_available()
+    assert slogate(["report", str(out), "-o", str(tmp_path / "r.html")]) == 0
