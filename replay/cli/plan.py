@@ -106,6 +106,9 @@ def parse_jobs(text: str) -> int:
     return int(text)
 
 
+FEW_REQUESTS = 100  # below this, plan warns that a capacity found by speeding the trace up is not a sustained one
+
+
 def workload_from(ns: argparse.Namespace) -> tuple[wl.Workload, str | None]:
     """The trace with --window/--sample/--max-requests applied (replay's own loader and transforms)."""
     from slogate.replay.source import load_trace, trace_workload
@@ -120,6 +123,13 @@ def workload_from(ns: argparse.Namespace) -> tuple[wl.Workload, str | None]:
         raise UsageError(str(exc)) from None
     if not w.measured:
         raise UsageError("the trace is empty after --window/--sample/--max-requests")
+    if wl.mean_rate(w.measured) is None:
+        raise UsageError(f"plan needs a rate to scale: at least two requests at different times (the workload has "
+                         f"{len(w.measured)}); give a longer --window or more --max-requests")
+    if len(w.measured) < FEW_REQUESTS:
+        print(f"slogate plan: warning: only {len(w.measured)} requests. Sped up, a short trace is one burst rather than "
+              "a sustained load, so capacities read high and costs low; use a few hundred requests or more.",
+              file=sys.stderr, flush=True)
     return w, trace.path
 
 

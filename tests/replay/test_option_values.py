@@ -59,3 +59,17 @@ def test_an_unknown_format_names_the_flag_each_command_has(tmp_path: Path, capsy
         assert slogate(command) == 2
         err = capsys.readouterr().err
         assert "--format FMT (replay, plan) or --from FMT (trace)" in err and "parquet" not in err, err
+
+
+def test_plan_needs_a_rate_and_warns_on_a_short_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One request has no rate to scale (the plan printed "capacity 0+"); thirty, sped up, are one burst,
+    whose "capacity" of hundreds of req/s priced the good tokens far too cheaply."""
+    one = tmp_path / "one.csv"
+    one.write_text("\n".join(Path(TRACE).read_text().splitlines()[:2]) + "\n")
+    args = ["--slo", "ttft=2,tpot=0.1", "--candidates", "h100-sxm/llama-3-8b", "--jobs", "1"]
+    assert slogate(["plan", str(one), *args]) == 2
+    assert "plan needs a rate to scale: at least two requests at different times" in capsys.readouterr().err
+    assert slogate(["plan", TRACE, "--max-requests", "30", *args]) == 0
+    assert "warning: only 30 requests" in capsys.readouterr().err
+    assert slogate(["plan", TRACE, "--max-requests", "120", *args]) == 0
+    assert "warning" not in capsys.readouterr().err
