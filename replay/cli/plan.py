@@ -139,9 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_from(ns)
     jobs = parse_jobs(ns.jobs)
     candidates = cands.expand(cands.parse_candidates(ns.candidates), cands.parse_grid(ns.grid))
-    workload, path = workload_from(ns)
     if ns.out:
         output_dir(Path(ns.out))  # before minutes of planning
+    workload, path = workload_from(ns)
     progress = None if ns.json else (lambda c: print(output.progress_line(c), file=sys.stderr, flush=True))
     result = plan(workload, candidates, settings, trace=path, command=["slogate", "plan", *argv], on_candidate=progress,
                   jobs=jobs)
