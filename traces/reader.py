@@ -2,9 +2,11 @@
 
 Decodes frame by frame (zstd streaming, msgspec typed line decoding). A frame that fails type
 validation is decoded again line by line, reading slogate 0.1 error names as today's classes
-(`LEGACY_ERRORS`). A cut last frame (a crash) is skipped and its size reported in `skipped_bytes`;
-anything else unreadable raises `TraceError` naming the file and byte offset. Never writes, and
-never yields records of an incomplete frame.
+(`LEGACY_ERRORS`). A cut last frame (a crash, or a file copied while being written) is read up to the
+cut: the whole lines of its complete zstd blocks are records (`recovered`), the partial last line and
+the bytes after the last block that completed a line are reported in `skipped_bytes`; anything else
+unreadable raises `TraceError` naming the file and byte offset. Never writes, and never yields a
+partial line.
 """
 
 from __future__ import annotations
@@ -39,28 +41,36 @@ class Trace(msgspec.Struct):
     header: TraceHeader
     records: list[RequestRecord]
     files: list[str]
-    skipped_bytes: int = 0  # bytes of cut last frames that were skipped (crash)
-    truncated: list[str] = []  # files whose last frame was cut
+    skipped_bytes: int = 0  # bytes at the end of cut files that yielded no record (a crash)
+    truncated: list[str] = []  # files cut short (in their last frame, or a plain file in its last line)
+    recovered: int = 0  # records read from the cut last frames
 
 
 class SegmentReader:
-    """Iterates the records of one segment file in file order; `header`/`skipped_bytes` fill in as it reads."""
+    """Iterates the records of one segment file in file order; `header`, `skipped_bytes`, `cut` and
+    `recovered` fill in as it reads."""
 
     def __init__(self, path: PathLike):
         self.path = Path(path)
         self.header: TraceHeader | None = None
-        self.skipped_bytes = 0
+        self.skipped_bytes = 0  # bytes at the end of a cut file that yielded no record
+        self.cut = False  # the file ends inside a frame (or a plain file inside a line)
+        self.recovered = 0  # records read from a cut last frame
         self.records = 0
 
     def __iter__(self) -> Iterator[RequestRecord]:
         for offset, data in self._chunks():
-            yield from self._decode(offset, data)
+            records = self._decode(offset, data)
+            self.recovered += len(records) if self.cut else 0
+            yield from records
 
     def read(self) -> list[RequestRecord]:
         out: list[RequestRecord] = []
         with _gc_paused():
             for offset, data in self._chunks():
-                out += self._decode(offset, data)
+                records = self._decode(offset, data)
+                self.recovered += len(records) if self.cut else 0
+                out += records
         return out
 
     # -- frames --------------------------------------------------------------------------------------
@@ -101,13 +111,37 @@ class SegmentReader:
                 start += fed + len(chunk) - len(rest)
                 fed, parts, chunk = 0, [], rest
                 dobj = dctx.decompressobj()
-        self.skipped_bytes = fed  # an incomplete last frame: the writer was cut off mid-frame
+        if fed:  # an incomplete last frame: the writer was cut off mid-frame
+            data, self.skipped_bytes = self._cut_frame(f, start)
+            self.cut = True
+            if data:
+                yield start, data
+
+    def _cut_frame(self, f: BinaryIO, start: int) -> tuple[bytes, int]:
+        """The whole lines a cut frame still holds, and how many bytes of the file after the last of them
+        yield no record. Its blocks are decoded one by one: a compressed block only when complete, a raw
+        (stored) block byte by byte, so a line's end is known to the block, or to the byte in a raw one."""
+        f.seek(start)
+        frame = f.read()
+        dobj = zstandard.ZstdDecompressor().decompressobj()
+        out, kept, kept_at, pos = bytearray(), 0, 0, 0
+        for content, end, raw in _blocks(frame):
+            before = len(out)
+            try:
+                out += dobj.decompress(frame[pos:end])
+            except zstandard.ZstdError as exc:
+                raise TraceError(self.path, f"corrupt zstd frame ({exc})", offset=start) from None
+            pos = end
+            if (line_end := out.rfind(b"\n") + 1) > kept:
+                kept, kept_at = line_end, content + line_end - before if raw else end
+        return bytes(out[:kept]), len(frame) - kept_at
 
     def _plain(self, f: BinaryIO) -> Iterator[tuple[int, bytes]]:
         """Uncompressed JSON lines (handy for hand-made files): a cut last line is skipped."""
         data = f.read()
         end = data.rfind(b"\n") + 1
         self.skipped_bytes = len(data) - end
+        self.cut = end < len(data)
         yield 0, data[:end]
 
     # -- lines ---------------------------------------------------------------------------------------
@@ -146,6 +180,29 @@ class SegmentReader:
                     self.path, f"bad record on line {n} of the frame starting here: {exc}", offset=offset
                 ) from None
         return out
+
+
+def _blocks(frame: bytes) -> list[tuple[int, int, bool]]:
+    """(content start, end, raw) of each block of a cut zstd frame, the last one cut where the data ends.
+    Blocks follow the frame header, each a 3-byte little-endian head (bit 0: last block, bits 1-2: type
+    0 raw / 1 RLE / 2 compressed, the rest: size) and its bytes (1 for RLE). Empty for a frame cut in its
+    header, or for a skippable frame (it holds no lines)."""
+    if not frame.startswith(ZSTD_MAGIC):
+        return []
+    try:
+        pos = zstandard.frame_header_size(frame)
+    except zstandard.ZstdError:
+        return []
+    blocks: list[tuple[int, int, bool]] = []
+    while pos + 3 <= len(frame):
+        head = int.from_bytes(frame[pos:pos + 3], "little")
+        kind = (head >> 1) & 3
+        end = pos + 3 + (1 if kind == 1 else head >> 3)
+        blocks.append((pos + 3, min(end, len(frame)), kind == 0))
+        if head & 1 or end >= len(frame):
+            break
+        pos = end
+    return blocks
 
 
 def _legacy_record(line: bytes) -> RequestRecord:
@@ -204,7 +261,8 @@ def read_trace(paths: PathLike | Iterable[PathLike], *, sort: bool = True) -> Tr
         records=records,
         files=[str(p) for p in files],
         skipped_bytes=sum(r.skipped_bytes for r in readers),
-        truncated=[str(r.path) for r in readers if r.skipped_bytes],
+        truncated=[str(r.path) for r in readers if r.cut],
+        recovered=sum(r.recovered for r in readers),
     )
 
 

@@ -20,6 +20,8 @@ from slogate.traces.request_info import BYTES_PER_TOKEN
 from slogate.traces.slo import Slo
 from slogate.traces.summary import RunSummary, summarize
 
+MAX_SPAN_S = 366 * 86400.0  # no trace of LLM traffic spans more than a year: a later arrival is a wrong unit
+
 
 class TokenStats(msgspec.Struct):
     mean: float | None = None
@@ -151,6 +153,24 @@ def session_stats(records: Sequence[RequestRecord]) -> SessionStats | None:
         turns_per_session=_tokens([len(t) for t in by.values()]), think_s=_tokens(thinks),
         context_growth_tokens=_tokens(growth),
     )
+
+
+def implausible_arrival(times: Sequence[float]) -> tuple[int, float, float] | None:
+    """(position, t, first t) of the first arrival more than MAX_SPAN_S after the earliest one: a timestamp in
+    the wrong unit (ms read as s) or an absolute epoch time among offsets. None when the span is plausible."""
+    finite = [t for t in times if math.isfinite(t)]
+    if not finite:
+        return None
+    first = min(finite)
+    return next(((i, t, first) for i, t in enumerate(times) if math.isfinite(t) and t - first > MAX_SPAN_S), None)
+
+
+def span_text(seconds: float) -> str:
+    """A long span in the unit a reader takes in at once: `53.9 years`, `3 days`, `5.2 h`."""
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400.0), ("h", 3600.0)):
+        if seconds >= size:
+            return f"{seconds / size:,.3g} {unit}" if seconds / size < 1e6 else f"{seconds / size:.2e} {unit}"
+    return f"{seconds:.3g} s"
 
 
 def _cv(gaps: list[float]) -> float | None:

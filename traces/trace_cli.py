@@ -20,7 +20,15 @@ from slogate.traces.reader import SegmentReader, read_trace, segment_paths
 from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.segments import TraceError
 from slogate.traces.slo import Slo, SloError, parse_slo
-from slogate.traces.stats import TokenStats, TraceStats, block_tokens, trace_stats
+from slogate.traces.stats import (
+    MAX_SPAN_S,
+    TokenStats,
+    TraceStats,
+    block_tokens,
+    implausible_arrival,
+    span_text,
+    trace_stats,
+)
 from slogate.traces.usage import UsageError
 
 EPILOG = """\
@@ -165,6 +173,8 @@ def _stats(args: argparse.Namespace) -> int:
 def _num(value: float | None, digits: int = 0) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
+    if abs(value) >= 1e15:  # an absurd value (a wrong timestamp unit): not 300 digits
+        return f"{value:.3e}"
     return f"{value:,.{digits}f}"
 
 
@@ -177,7 +187,8 @@ def _stats_text(label: str, fmt: str, s: TraceStats) -> str:
     rows = [
         ("trace", f"{label} ({fmt})"),
         ("requests", f"{s.requests:,}"),
-        ("duration_s", _num(s.duration_s, 1)),
+        ("duration_s", _num(s.duration_s, 1) + (f"   ({span_text(s.duration_s)}: timestamps in the wrong unit? "
+                                                 "see slogate trace validate)" if s.duration_s > MAX_SPAN_S else "")),
         ("mean_rps", _num(s.mean_rps, 3)),
         ("interarrival_cv", _num(s.interarrival_cv, 3)),
         ("input_tokens", _tokens_text(s.input_tokens)),
@@ -256,7 +267,12 @@ def _problems(records: Sequence[RequestRecord]) -> list[str]:
         if bad:
             out.append(f"record {i + 1}: bad {', '.join(bad)}")
             if len(out) >= MAX_PROBLEMS:
-                break
+                return out
+    far = implausible_arrival([r.t for r in records])
+    if far is not None:
+        i, t, first = far
+        out.append(f"record {i + 1}: t={t:g} s arrives {span_text(t - first)} after the first arrival (t={first:g}): "
+                   "timestamps in the wrong unit (ms read as s) or epoch times? t counts seconds from the trace's start")
     return out
 
 
@@ -269,8 +285,9 @@ def _validate(args: argparse.Namespace) -> int:
             if fmt == "slogate":
                 trace = read_trace(path)
                 records, note = trace.records, f"schema v{trace.header.schema_version}, source {trace.header.source}"
-                if trace.skipped_bytes:
-                    note += f"; skipped {trace.skipped_bytes:,} bytes of a cut last frame"
+                if trace.truncated:  # a crash: read up to the cut, as the reader does for every command
+                    note += (f"; cut short: {trace.recovered:,} records recovered from a cut last frame, "
+                             f"{trace.skipped_bytes:,} bytes skipped")
             else:
                 _, records = formats.load(path, fmt)
                 note = ""

@@ -15,7 +15,14 @@ import zstandard
 from slogate.traces import reader as reader_module
 from slogate.traces.reader import SegmentReader, read_trace
 from slogate.traces.record import ItlSummary, RequestRecord, TraceHeader
-from slogate.traces.segments import TraceError, compressor, encode_header, encode_records, write_segment
+from slogate.traces.segments import (
+    ZSTD_MAGIC,
+    TraceError,
+    compressor,
+    encode_header,
+    encode_records,
+    write_segment,
+)
 
 
 def _segment(path, n: int = 12, per_frame: int = 3, start_unix: float = 0.0) -> list[int]:
@@ -32,8 +39,24 @@ def _segment(path, n: int = 12, per_frame: int = 3, start_unix: float = 0.0) -> 
     return ends
 
 
+def _decodable(data: bytes) -> bytes:
+    """Everything zstandard decompresses from (cut) data fed at once, frame after frame."""
+    out = bytearray()
+    while data:
+        dobj = zstandard.ZstdDecompressor().decompressobj()
+        out += dobj.decompress(data)
+        data = dobj.unused_data if dobj.eof else b""
+    return bytes(out)
+
+
+def _whole_lines(data: bytes) -> list[bytes]:
+    return data[: data.rfind(b"\n") + 1].splitlines()
+
+
 @pytest.mark.parametrize("read_chunk", [1 << 20, 7])  # 7 bytes: every frame spans many reads
 def test_cut_at_every_byte_reads_up_to_the_cut(tmp_path, monkeypatch, read_chunk) -> None:
+    """Every whole line zstd can decompress before the cut is read (a cut frame included); skipped_bytes is
+    the file's tail that yields no line: all of it is needed, and one byte less loses a line."""
     monkeypatch.setattr(reader_module, "READ_CHUNK", read_chunk)
     full = tmp_path / "full.jsonl.zst"
     ends = _segment(full, n=12, per_frame=3)  # header frame + 4 record frames
@@ -43,11 +66,54 @@ def test_cut_at_every_byte_reads_up_to_the_cut(tmp_path, monkeypatch, read_chunk
         cut_path.write_bytes(data[:cut])
         reader = SegmentReader(cut_path)
         records = reader.read()
-        complete = [e for e in ends if e <= cut]
-        expected = 3 * max(0, len(complete) - 1)
-        assert [r.input_tokens for r in records] == list(range(expected)), cut
-        assert reader.skipped_bytes == cut - (complete[-1] if complete else 0), cut
-        assert (reader.header is not None) == bool(complete), cut
+        lines = _whole_lines(_decodable(data[:cut]))
+        assert [r.input_tokens for r in records] == list(range(max(0, len(lines) - 1))), cut
+        assert (reader.header is not None) == bool(lines), cut
+        assert reader.cut == (cut not in ends and cut > 0), cut
+        kept = cut - reader.skipped_bytes
+        assert kept >= 0 and len(_whole_lines(_decodable(data[:kept]))) == len(lines), cut
+        if reader.skipped_bytes and kept not in (0, *ends):  # inside the cut frame: one byte less loses a line
+            assert len(_whole_lines(_decodable(data[: kept - 1]))) < len(lines), cut
+        complete = len(_whole_lines(_decodable(data[: max((e for e in ends if e <= cut), default=0)])))
+        assert reader.recovered == max(0, len(lines) - 1) - max(0, complete - 1), cut  # records of the cut frame
+
+
+def test_cut_raw_block_keeps_its_whole_lines(tmp_path) -> None:
+    """A stored (raw) zstd block is decompressed byte by byte: a cut one still gives its whole lines, and
+    skipped_bytes counts from the byte after the last newline. (zstd stores a block raw when it does not
+    compress: our small header frames; here a hand-made frame, no checksum, one raw block of 5 lines.)"""
+    text = encode_header(TraceHeader(source="raw")) + bytes(encode_records(RequestRecord(t=float(i)) for i in range(4)))
+    frame = ZSTD_MAGIC + b"\x00\x50" + ((len(text) << 3) | 1).to_bytes(3, "little") + text  # window 1 MiB; last raw block
+    assert zstandard.ZstdDecompressor().decompressobj().decompress(frame) == text
+    path = tmp_path / "raw.jsonl.zst"
+    starts = [0, *(i + 1 for i, c in enumerate(text) if c == 10)]  # where each line starts in the text
+    for cut in range(len(frame) + 1):
+        path.write_bytes(frame[:cut])
+        reader = SegmentReader(path)
+        records = reader.read()
+        whole = sum(1 for e in starts[1:] if 9 + e <= cut)  # lines whose newline is on disk
+        assert len(records) == max(0, whole - 1) and reader.cut == (0 < cut < len(frame)), cut
+        assert reader.skipped_bytes == (cut - 9 - starts[whole] if whole else cut) or cut == len(frame), cut
+
+
+def test_one_frame_cut_keeps_every_whole_line(tmp_path) -> None:
+    """A file written as one big frame (a replay's requests.jsonl.zst under 8192 records) cut anywhere keeps
+    every record of its complete zstd blocks: not a record is lost to the cut frame beyond the partial one."""
+    records = _gateway_like(3000)
+    path = tmp_path / "one.jsonl.zst"
+    write_segment(path, TraceHeader(source="replay"), records)  # header frame + one frame of 3000 records
+    data = path.read_bytes()
+    cut = tmp_path / "cut.jsonl.zst"
+    for keep in (len(data) - 1, len(data) - 4, len(data) // 2, 200):
+        cut.write_bytes(data[:keep])
+        trace = read_trace(cut)
+        expected = len(_whole_lines(_decodable(data[:keep]))) - 1
+        assert trace.records == records[:expected] and trace.truncated == [str(cut)], keep
+        assert trace.recovered == expected and trace.skipped_bytes < len(data) - 100, keep
+    cut.write_bytes(data[:-1])  # only the checksum is cut: every record is there
+    assert read_trace(cut).records == records
+    cut.write_bytes(data[: len(data) // 2])
+    assert len(read_trace(cut).records) > 1000  # the first half of the frame's blocks
 
 
 def test_corrupt_middle_frame_names_file_and_offset(tmp_path) -> None:

@@ -51,3 +51,13 @@ def test_ideal_prefix_reuse_counts_matched_full_blocks_only() -> None:
     assert ideal_prefix_reuse([first, second]) == pytest.approx(200 * 2 / 3 / 350)  # block size unknown
     assert block_tokens(TraceHeader(block_size=256, block_unit="bytes")) == 64
     assert block_tokens(TraceHeader(block_size=16, block_unit="tokens")) == 16
+
+
+def test_implausible_arrival_names_the_first_one_past_a_year() -> None:
+    from slogate.traces.stats import MAX_SPAN_S, implausible_arrival, span_text
+
+    assert implausible_arrival([0.0, 86_400.0, MAX_SPAN_S]) is None  # a year is still a trace
+    assert implausible_arrival([5.0, 6.0, 1.7e9, 1e300]) == (2, 1.7e9, 5.0)
+    assert implausible_arrival([float("nan"), 1.0, float("inf"), 1e300]) == (3, 1e300, 1.0)  # non-finite: validate's own
+    assert implausible_arrival([]) is None
+    assert (span_text(1.7e9), span_text(3 * 86400), span_text(1e297)) == ("53.9 years", "3 days", "3.17e+289 years")
