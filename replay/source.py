@@ -17,6 +17,7 @@ from slogate.replay.workload import Workload, from_records
 from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.stats import block_tokens  # tokens per hash id of a header (bytes → tokens)
 from slogate.traces.usage import UsageError
+from slogate.traces.validate import problems
 
 
 class LoadedTrace(msgspec.Struct):
@@ -47,6 +48,9 @@ def load_trace(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], 
         raise UsageError(str(exc)) from None
     except (ValueError, msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read trace {paths[0]} as {fmt}: {exc}") from None
+    wrong = problems(records, measured=False, limit=1)  # what would be replayed as something else
+    if wrong:
+        raise UsageError(f"trace {paths[0]}: {wrong[0]} (slogate trace validate lists every problem)")
     if block_size is not None and fmt != "mooncake":
         header.block_size, header.block_unit = block_size, "tokens"
     name = str(paths[0]) if len(paths) == 1 else ",".join(p.name for p in paths)

@@ -25,11 +25,11 @@ from slogate.traces.stats import (
     TokenStats,
     TraceStats,
     block_tokens,
-    implausible_arrival,
     span_text,
     trace_stats,
 )
 from slogate.traces.usage import UsageError
+from slogate.traces.validate import problems as record_problems
 
 EPILOG = """\
 formats: slogate (*.jsonl.zst segments or a directory of them), mooncake (JSONL),
@@ -249,33 +249,6 @@ def _convert(args: argparse.Namespace) -> int:
 
 # -- validate ----------------------------------------------------------------------------------------
 
-MAX_PROBLEMS = 10
-
-
-def _problems(records: Sequence[RequestRecord]) -> list[str]:
-    out: list[str] = []
-    for i, r in enumerate(records):
-        bad = []
-        if not math.isfinite(r.t) or r.t < 0:
-            bad.append(f"t={r.t}")
-        bad += [f"{name}={v}" for name in ("input_tokens", "output_tokens", "max_tokens")
-                if (v := getattr(r, name)) is not None and v < 0]
-        bad += [f"{name}={v}" for name in ("ttft", "tpot", "e2e", "ttfb", "queue")
-                if (v := getattr(r, name)) is not None and not (math.isfinite(v) and v >= 0)]
-        if not 100 <= r.status <= 599:
-            bad.append(f"status={r.status}")
-        if bad:
-            out.append(f"record {i + 1}: bad {', '.join(bad)}")
-            if len(out) >= MAX_PROBLEMS:
-                return out
-    far = implausible_arrival([r.t for r in records])
-    if far is not None:
-        i, t, first = far
-        out.append(f"record {i + 1}: t={t:g} s arrives {span_text(t - first)} after the first arrival (t={first:g}): "
-                   "timestamps in the wrong unit (ms read as s) or epoch times? t counts seconds from the trace's start")
-    return out
-
-
 def _validate(args: argparse.Namespace) -> int:
     _check_exists(args.files)
     failed = 0
@@ -295,7 +268,7 @@ def _validate(args: argparse.Namespace) -> int:
             print(f"{path}: invalid: {exc}")
             failed += 1
             continue
-        problems = _problems(records)
+        problems = record_problems(records)
         status = "invalid" if problems else "ok"
         print(f"{path}: {status} ({fmt}, {len(records):,} records{', ' + note if note else ''})")
         for problem in problems:

@@ -73,3 +73,38 @@ def test_plan_needs_a_rate_and_warns_on_a_short_trace(tmp_path: Path, capsys: py
     assert "warning: only 30 requests" in capsys.readouterr().err
     assert slogate(["plan", TRACE, "--max-requests", "120", *args]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("lines", "fragment"), [
+    (['{"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [1]}',
+      '{"timestamp": 1000, "input_length": -374, "output_length": 10, "hash_ids": [2]}'],
+     "record 2: bad input_tokens=-374"),
+    (['{"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [1]}',
+      '{"timestamp": 1700000000000, "input_length": 100, "output_length": 10, "hash_ids": [2]}'],
+     "record 2: t=1.7e+09 s arrives 53.9 years after the first arrival"),
+])
+def test_a_trace_validate_rejects_is_not_replayed(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  lines: list[str], fragment: str) -> None:
+    """A negative token count used to be sent as 1 token with "drift 0 %"; an epoch-ms timestamp among
+    offsets was a replay of 54 years. Replay and plan now refuse what `trace validate` calls invalid."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    for command in (["replay", str(trace), "--target", "sim:h100-sxm/llama-3-8b", "--virtual",
+                     "--out", str(tmp_path / "run")],
+                    ["plan", str(trace), "--slo", "ttft=2", "--candidates", "h100-sxm/llama-3-8b"]):
+        assert slogate(command) == 2
+        err = capsys.readouterr().err.strip()
+        assert fragment in err and "slogate trace validate lists every problem" in err and len(err.splitlines()) == 1
+    assert slogate(["trace", "validate", str(trace)]) == 1
+    assert fragment in capsys.readouterr().out
+
+
+def test_validate_accepts_a_request_that_got_no_response() -> None:
+    """A replay records a request that got no response (connect error) with status 0 and its error
+    class; validate called such a replay output invalid ("bad status=0")."""
+    from slogate.traces.record import RequestRecord
+    from slogate.traces.validate import problems
+
+    assert problems([RequestRecord(t=0.0, status=0, error="connect")]) == []
+    assert problems([RequestRecord(t=0.0, status=0)]) == ["record 1: bad status=0"]
+    assert problems([RequestRecord(t=0.0, status=0)], measured=False) == []  # what a replay schedules from
