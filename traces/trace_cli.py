@@ -240,7 +240,7 @@ def _convert(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
     print(f"wrote {n:,} records to {args.output} ({to})")
-    if to == "mooncake":
+    if to == "mooncake" and records:  # (an empty trace has no lengths or rate to give a peer)
         from slogate.traces.formats.peers import mooncake_commands
 
         print(mooncake_commands(args.output, records))
@@ -314,7 +314,13 @@ def _merge(args: argparse.Namespace) -> int:
     if not args.session_window > 0:
         raise UsageError(f"bad --session-window {args.session_window}: a positive number of seconds, e.g. 600")
     captures = []
+    seen: dict[str, str] = {}
     for path in args.captures:
+        key = os.path.realpath(path)
+        if key in seen:
+            raise UsageError(f"{path} is given twice (as {seen[key]} and {path}): its requests would count twice; "
+                             "give each capture once")
+        seen[key] = path
         fmt = formats.guess_format(path)
         if fmt != "slogate":
             raise UsageError(f"{path} is a {fmt} trace: trace merge takes slogate captures (convert it first)")

@@ -83,3 +83,12 @@ def test_merge_refuses_captures_with_different_salts(tmp_path, monkeypatch) -> N
     proc = subprocess.run([sys.executable, "-m", "slogate", "trace", "merge", str(a), str(tmp_path / "missing"),
                            "-o", str(tmp_path / "m.jsonl.zst")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "no such trace file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_merge_refuses_a_capture_given_twice(tmp_path, monkeypatch) -> None:
+    """Under any spelling of its path: its requests would count twice (400 records from 200)."""
+    monkeypatch.setenv("SLOGATE_TRACE_SALT", "salt one")
+    a = _capture(tmp_path / "a", 1000.0, [(0.0, 1.0, _chat("x"), None)])
+    with pytest.raises(UsageError, match="is given twice"):
+        trace_main(["merge", str(a), str(a) + "/", "-o", str(tmp_path / "m.jsonl.zst")])
+    assert not (tmp_path / "m.jsonl.zst").exists()

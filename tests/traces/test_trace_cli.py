@@ -151,3 +151,13 @@ def test_validate_fails_an_implausible_span_naming_the_request(tmp_path) -> None
     proc = slogate("validate", day)
     assert proc.returncode == 0 and "day.jsonl: ok (mooncake, 2 records)" in proc.stdout, proc.stdout
     assert "wrong unit" not in slogate("stats", day).stdout
+
+
+def test_converting_an_empty_trace_prints_no_peer_commands(tmp_path) -> None:
+    """The commands for AIPerf/guidellm carry the trace's lengths and rate; an empty trace has none (they
+    were printed with made-up numbers: 512 prompt tokens, rate 1, --max-requests 0)."""
+    src = tmp_path / "empty.csv"
+    src.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    proc = slogate("convert", src, tmp_path / "empty.jsonl", "--to", "mooncake")
+    assert proc.returncode == 0, proc.stderr
+    assert "wrote 0 records" in proc.stdout and "aiperf" not in proc.stdout and "guidellm" not in proc.stdout
