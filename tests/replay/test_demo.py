@@ -208,21 +208,27 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _ignore_sigint() -> None:  # runs in the child before exec: as a script's `slogate demo &` starts it
+def ignore_sigint() -> None:  # runs in the child before exec: as a script's `slogate demo &` starts it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-@pytest.mark.parametrize(("sig", "status", "word", "started_ignoring"),
-                         [(signal.SIGINT, 130, "interrupted", False), (signal.SIGTERM, 143, "terminated", False),
-                          (signal.SIGINT, 130, "interrupted", True)],
-                         ids=["SIGINT", "SIGTERM", "SIGINT-inherited-ignored"])
+# Ctrl-C, SIGTERM, and Ctrl-C to a process started with SIGINT ignored (a non-interactive shell's `&`):
+# (signal, exit status, the word the command prints, started ignoring SIGINT)
+SIGNAL_CASES = pytest.mark.parametrize(("sig", "status", "word", "started_ignoring"),
+                                       [(signal.SIGINT, 130, "interrupted", False),
+                                        (signal.SIGTERM, 143, "terminated", False),
+                                        (signal.SIGINT, 130, "interrupted", True)],
+                                       ids=["SIGINT", "SIGTERM", "SIGINT-inherited-ignored"])
+
+
+@SIGNAL_CASES
 def test_signal_mid_run_stops_every_process(tmp_path: Path, sig: int, status: int, word: str,
                                             started_ignoring: bool) -> None:
     """Also when the demo was started with SIGINT ignored (a non-interactive shell's `&` does that): it
     handles SIGINT itself, as the replay client and the gateway do."""
     proc = subprocess.Popen([*DEMO, "--duration", "60", "--out", str(tmp_path / "out")], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=REPO, env=ENV, start_new_session=True,
-                            preexec_fn=_ignore_sigint if started_ignoring else None)
+                            preexec_fn=ignore_sigint if started_ignoring else None)
     try:
         assert proc.stdout is not None
         lines: list[str] = []

@@ -18,7 +18,7 @@ import pytest
 from slogate.cli import main as slogate
 from slogate.replay.sweep import load
 from tests.replay.test_compare_runs import make_trace
-from tests.replay.test_demo import running
+from tests.replay.test_demo import SIGNAL_CASES, ignore_sigint, running
 
 SERVE = f"{sys.executable} -m slogate.cli sim --port {{port}} --gpu {{gpu}} --max-num-seqs {{max_num_seqs}} --jitter 0"
 
@@ -83,14 +83,7 @@ def test_bad_grid_options_are_one_line_errors(extra: list[str], fragment: str, t
 SLOW_SERVER = "import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\ntime.sleep(120)\n"
 
 
-def _ignore_sigint() -> None:  # in the child before exec: as a script's `slogate sweep … &` starts it
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-@pytest.mark.parametrize(("sig", "status", "word", "started_ignoring"),
-                         [(signal.SIGTERM, 143, "terminated", False), (signal.SIGINT, 130, "interrupted", False),
-                          (signal.SIGINT, 130, "interrupted", True)],
-                         ids=["SIGTERM", "SIGINT", "SIGINT-inherited-ignored"])
+@SIGNAL_CASES
 def test_a_signal_while_the_server_starts_stops_it(tmp_path: Path, sig: int, status: int, word: str,
                                                    started_ignoring: bool) -> None:
     """SIGTERM (a CI job's timeout, `kill`) or Ctrl-C while a `--serve-cmd` server is still starting, i.e.
@@ -104,7 +97,7 @@ def test_a_signal_while_the_server_starts_stops_it(tmp_path: Path, sig: int, sta
          "--out", str(tmp_path / "o"), "--serve-cmd", f"{sys.executable} {tmp_path / 'server.py'} {pid_file}",
          "--ready-timeout", "100"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        preexec_fn=_ignore_sigint if started_ignoring else None)
+        preexec_fn=ignore_sigint if started_ignoring else None)
     server = 0
     try:
         deadline = time.monotonic() + 30
