@@ -27,6 +27,7 @@ from slogate.gateway.routing.upstreams import DEFAULT_POOL, Lease, UpstreamSpec,
 from slogate.traces.request_info import RequestInfo, prompt_bytes
 
 RETRYABLE = frozenset({health.CONNECT_ERROR, health.HTTP_503, health.RESET_BEFORE_RESPONSE})
+MAX_OUTPUT_ESTIMATE = 1 << 24  # tokens: above any model's context; far below the int64 slots of shared_state
 _ALL = "*"  # group (and pool label) of every upstream for non-LLM paths (/v1/models, ...); never a pool name
 _SKIP_FULL = "skipped: at its in-flight limit"
 _SKIP_TRIED = "skipped: already tried for this request"
@@ -151,6 +152,9 @@ class Router:
             output_tokens = 0
         else:
             output_tokens = info.max_tokens if info.max_tokens is not None else self.expected_output_tokens
+            # the client's number, bounded: a negative one must not lower an upstream's load, and 2**63 must
+            # not overflow the shared in-flight slots of --workers (the upstream answers it with a 400)
+            output_tokens = min(max(output_tokens, 0), MAX_OUTPUT_ESTIMATE)
         pool = pool_for(self.rules, prompt_tokens, output_tokens) if self.rules else DEFAULT_POOL
         group = self.group_for(pool, info.model)
         key = prefix_key(prompt_bytes(body), self.cfg.affinity_prefix_bytes) if self.uses_prefix_key else None
