@@ -1,15 +1,18 @@
 """One gateway to the outside with `--workers N`: merge the workers' `/metrics` and status rows.
 
 Prometheus samples are merged by name and labels: counters, histograms and per-worker gauges are
-summed; gauges that already read the shared state (in-flight per upstream, upstream health) or
-describe one process (loop lag, build info) take the largest value. The status windows are
+summed (prometheus_client's process memory, open fds and CPU seconds: the workers' totals); gauges
+that already read the shared state (in-flight per upstream, upstream health) or describe one process
+(loop lag, build info, the open-files limit) take the largest value, a process start time the
+smallest (the oldest worker's). The status windows are
 recomputed from all workers' rows by the one summary (traces/summary.py via gateway/status.py).
 Pure functions on bytes and structs: never does I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from operator import add
 
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,7 +24,19 @@ from slogate.gateway.worker_admin import WorkerStatus
 NOT_SUMMED = frozenset({
     "slogate_inflight_requests", "slogate_inflight_tokens", "slogate_upstream_healthy",
     "slogate_event_loop_lag_seconds", "slogate_build_info",
+    "process_max_fds",  # a per-process limit
 })
+# Gauges that are a moment: the earliest, not a sum (a sum of two start times is a date decades ahead).
+SMALLEST = frozenset({"process_start_time_seconds"})
+
+
+def _combine(fam: Metric) -> Callable[[float, float], float]:
+    """How two workers' values of one sample of `fam` merge."""
+    if fam.type == "gauge" and fam.name in SMALLEST:
+        return min
+    if fam.type == "gauge" and fam.name in NOT_SUMMED:
+        return max
+    return add
 
 
 def parse(text: str) -> list[Metric]:
@@ -44,7 +59,7 @@ def merge_metrics(expositions: Iterable[Iterable[Metric]]) -> list[Metric]:
                 merged = families[fam.name] = Metric(fam.name, fam.documentation, fam.type, fam.unit)
                 values[fam.name] = {}
             rows = values[fam.name]
-            use_max = fam.type == "gauge" and fam.name in NOT_SUMMED
+            combine = _combine(fam)
             for s in fam.samples:
                 key = (s.name, tuple(sorted(s.labels.items())))
                 row = rows.get(key)
@@ -52,10 +67,8 @@ def merge_metrics(expositions: Iterable[Iterable[Metric]]) -> list[Metric]:
                     rows[key] = [s.name, dict(s.labels), s.value]
                 elif s.name.endswith("_created"):
                     row[2] = min(row[2], s.value)
-                elif use_max:
-                    row[2] = max(row[2], s.value)
                 else:
-                    row[2] += s.value
+                    row[2] = combine(row[2], s.value)
     for name, merged in families.items():
         for sample_name, labels, value in values[name].values():
             merged.add_sample(sample_name, labels, value)

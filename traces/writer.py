@@ -18,11 +18,15 @@ crash (even kill -9) loses at most the last interval. Segments rotate by size an
 segment starts with the header (its `segment` field = the sequence number in the file name).
 Disk errors (ENOSPC, EACCES, EFBIG…) never reach the caller: the records of the failed frame are
 counted in `lost`, the segment is closed, and a new one is tried after `retry_interval_s`.
+A segment deleted while open (its directory removed) is noticed by one fstat after each frame (link
+count 0): the frame is written again to a new segment in a recreated directory and one warning names
+the deleted segment and how many records went with it; idle, the check runs every flush interval.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -39,6 +43,7 @@ from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.segments import COMPRESSION_LEVEL, compressor, encode_header, encode_records, segment_name
 
 MAX_FRAME_BYTES = 4 << 20  # flush early when this much uncompressed data is pending
+log = logging.getLogger(__name__)
 
 
 class WriterConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,6 +110,7 @@ class TraceWriter:
         self._pending = 0
         self._fd: int | None = None
         self._seg_bytes = 0
+        self._seg_records = 0  # records counted as written to the open segment
         self._seg_opened = 0.0
         self._seq = 0
         self._retry_at = 0.0
@@ -236,6 +242,8 @@ class TraceWriter:
 
     def _flush(self) -> None:
         if not self._pending:
+            if self._fd is not None and not self._linked():  # idle: give the deleted file's space back now
+                self._forget_deleted()
             return
         count, data = self._pending, bytes(self._buf)
         self._buf.clear()
@@ -248,8 +256,10 @@ class TraceWriter:
         if self._fd is None and (now < self._retry_at or not self._open_segment()):
             self.lost += count
             return
-        if self._write(self._cctx.compress(data)):
+        frame = self._cctx.compress(data)
+        if self._write(frame) and (self._linked() or self._rewrite(frame)):
             self.written += count
+            self._seg_records += count
             if self._seg_bytes >= self.config.max_segment_bytes:
                 self._close_segment()
         else:
@@ -266,7 +276,7 @@ class TraceWriter:
         except OSError as exc:
             self._disk_error(f"cannot create {path}: {exc.strerror or exc}")
             return False
-        self.path, self._seg_bytes, self._seg_opened = path, 0, time.monotonic()
+        self.path, self._seg_bytes, self._seg_records, self._seg_opened = path, 0, 0, time.monotonic()
         header = msgspec.structs.replace(self.header, segment=seq)
         if not self._write(self._cctx.compress(encode_header(header))):
             _remove(path)
@@ -293,6 +303,33 @@ class TraceWriter:
             return False
         self.bytes_written += len(frame)
         return True
+
+    def _linked(self) -> bool:
+        """False when the open segment's file has no name left (deleted, e.g. with its directory)."""
+        assert self._fd is not None
+        try:
+            return os.fstat(self._fd).st_nlink > 0
+        except OSError:  # not on an open descriptor; a real disk problem shows at the next write
+            return True
+
+    def _rewrite(self, frame: bytes) -> bool:
+        """The frame just went to a deleted segment: write it again to a new one (the directory is
+        recreated). False, with the deletion in `last_error`, when that fails: the frame is lost."""
+        gone = self._forget_deleted(warn=False)
+        if self._open_segment() and self._write(frame):
+            log.warning("%s; writing to %s", gone, self.path)
+            return True
+        self.last_error = f"{gone}, then {self.last_error}"  # the capture's one loss warning says both
+        return False
+
+    def _forget_deleted(self, *, warn: bool = True) -> str:
+        """Close the deleted segment; what went with it (logged unless `warn` is False)."""
+        gone = (f"trace segment {self.path} was deleted while open (trace dir {self.config.directory} removed?): "
+                f"the {self._seg_records} records written to it are gone (counted as written)")
+        self._close_segment()
+        if warn:
+            log.warning("%s; the next records go to a new segment", gone)
+        return gone
 
     def _close_segment(self) -> None:
         if self._fd is not None:

@@ -431,6 +431,47 @@ def test_merge_sums_counters_and_histograms_and_keeps_shared_gauges():
     assert got[("h_bucket", (("le", "+Inf"),))] == 3 and got[("h_sum", ())] == 2.5 and got[("h_count", ())] == 3
 
 
+
+def test_merge_keeps_per_process_gauges_meaningful():
+    """prometheus_client's process_* series: the oldest start time, the largest fd limit; memory,
+    open fds and CPU seconds are the workers' totals (never a start time in the future)."""
+    from slogate.gateway.admin_merge import merge_metrics, parse
+
+    def exposition(start: float, rss: float, fds: float, cpu: float) -> list:
+        return parse(f"# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds {start}\n"
+                     f"# TYPE process_max_fds gauge\nprocess_max_fds 1024\n"
+                     f"# TYPE process_open_fds gauge\nprocess_open_fds {fds}\n"
+                     f"# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {rss}\n"
+                     f"# TYPE process_cpu_seconds counter\nprocess_cpu_seconds_total {cpu}\n")
+
+    merged = merge_metrics([exposition(1.7e9 + 5, 100, 20, 1.5), exposition(1.7e9, 300, 30, 2.0)])
+    got = {s.name: s.value for f in merged for s in f.samples}
+    assert got["process_start_time_seconds"] == 1.7e9  # the oldest worker
+    assert got["process_max_fds"] == 1024  # a per-process limit
+    assert got["process_open_fds"] == 50 and got["process_resident_memory_bytes"] == 400
+    assert got["process_cpu_seconds_total"] == 3.5
+
+
+def test_merged_process_metrics_of_two_workers():
+    """The real `--workers 2` exposition: process_start_time_seconds is the oldest worker's (not the
+    sum, a date decades ahead) and process_max_fds the workers' limit (not twice it)."""
+    from prometheus_client import ProcessCollector
+
+    before = time.time()
+    admin_port = free_port()
+    admin = admin_url(admin_port)
+    with start_sim(**FAST) as sim, workers(sim.url, admin=admin_port):
+        pids = both_up(admin)["workers"]["pids"]
+        samples = metric_samples(admin)
+        own = [{s.name: s.value for f in ProcessCollector(pid=lambda p=pid: p, registry=None).collect()
+                for s in f.samples} for pid in pids]
+    assert len(own) == 2
+    start = metric_sum(samples, "process_start_time_seconds")
+    assert start == min(o["process_start_time_seconds"] for o in own)
+    assert before - 5 <= start <= time.time()
+    assert metric_sum(samples, "process_max_fds") == max(o["process_max_fds"] for o in own)
+    assert metric_sum(samples, "process_open_fds") > max(o["process_open_fds"] for o in own)  # summed
+
 async def test_a_waiter_can_wait_again_with_its_place():
     """Worker waiters re-check every 5 ms with the same seq (their place in the queue)."""
     from slogate.gateway.routing.admission import AdmissionQueue
