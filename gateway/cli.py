@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import math
 import sys
 from typing import Any
 
@@ -47,10 +48,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _duration(text: str) -> float:
+    """A duration flag's seconds; non-finite values (`1e400` overflows to inf) are refused like `inf` itself."""
     try:
         value = parse_duration(text)
     except SloError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"bad duration {text!r}: expected a finite number of seconds, e.g. 30 or 500ms")
     return value
 
 

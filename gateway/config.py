@@ -6,9 +6,11 @@ Flags override the TOML file; both go through the same validation, and a bad val
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -216,20 +218,73 @@ def _get(data: dict, dotted: str) -> Any:
     return cur
 
 
+# Tables read beside [gateway] as if written [[gateway.upstream]] / [gateway.routing] (never both ways).
+_BESIDE_GATEWAY = ("upstream", "routing")
+# Other commands' tables, skipped so one file can serve both: `slogate replay --config` reads only [replay].
+_SKIPPED = ("replay",)
+# `slogate sim --config` tables: that command refuses any other table, so it cannot share a file with [gateway].
+_SIM_TABLES = ("sim", "server", "faults", "gpu", "model")
+_TOP_SHOWN = {"gateway": "[gateway]", "upstream": "[[upstream]]", "routing": "[routing]", "replay": "[replay]"}
+_ALLOWED = "beside [gateway] only [[upstream]], [routing] and [replay] (slogate replay's, skipped here) are read"
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """The `[gateway]` table of a TOML file (a file holding only gateway keys is accepted too)."""
+    """The `[gateway]` table of a TOML file (a file holding only gateway keys is accepted too), with
+    `[[upstream]]` / `[routing]` written beside it. Any other top-level table or key but `[replay]` is an
+    error, and so is a table given both beside and inside [gateway]."""
     data = read_toml_file(path)
     if "gateway" not in data:
-        if data and not set(data) <= set(GatewayConfig.__struct_fields__):
-            raise UsageError(f"--config {path}: no [gateway] table (found: {', '.join(sorted(data))})")
+        unknown = sorted(set(data) - set(GatewayConfig.__struct_fields__))
+        if unknown:
+            raise UsageError(f"--config {path}: no [gateway] table (found: {', '.join(sorted(data))}){_close_top(unknown)}")
         return data
     table = data["gateway"]
     if not isinstance(table, dict):
         raise UsageError(f"--config {path}: [gateway] must be a table")
-    for key in ("upstream", "routing"):  # [[upstream]] and [routing] may also sit next to [gateway]
-        if key in data and key not in table:
-            table = {**table, key: data[key]}
+    for key, value in data.items():
+        if key == "gateway" or key in _SKIPPED:
+            continue
+        if key not in _BESIDE_GATEWAY:
+            raise _stray(path, key, value)
+        if key in table:
+            raise UsageError(f"--config {path}: both {_shown(key, value)} and {_shown('gateway.' + key, value)} "
+                             "are given; merge them into one of the two")
+        table = {**table, key: value}
     return table
+
+
+def _shown(key: str, value: Any) -> str:
+    """How a name reads in the file: `[[upstream]]` (an array of tables), `[routing]` (a table) or a plain key."""
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return f"[[{key}]]"
+    return f"[{key}]" if isinstance(value, dict) else f"key {key!r}"
+
+
+def _close_top(keys: list[str]) -> str:
+    """"; did you mean [gateway] ...?" for a misspelt top-level table (empty when nothing is close)."""
+    for key in keys:
+        match = difflib.get_close_matches(key, ["gateway", *_BESIDE_GATEWAY], n=1)
+        if match:
+            return f"; did you mean {_TOP_SHOWN[match[0]]} instead of [{key}]?"
+    return ""
+
+
+def _stray(path: str | Path, key: str, value: Any) -> UsageError:
+    """The error for a top-level table or key beside [gateway] that the gateway does not read."""
+    where = f"--config {path}: top-level {_shown(key, value)}"
+    if key in _SIM_TABLES:
+        return UsageError(f"{where} belongs to a slogate sim --config file, which cannot hold [gateway]: "
+                          f"give the simulator a file of its own ({_ALLOWED})")
+    if key in GatewayConfig.__struct_fields__:
+        return UsageError(f"{where} is outside [gateway] and would be ignored: write it {_under_gateway(key, value)}")
+    match = difflib.get_close_matches(key, [*_TOP_SHOWN, *GatewayConfig.__struct_fields__], n=1)
+    hint = f" (did you mean {_TOP_SHOWN.get(match[0]) or _under_gateway(match[0], value)}?)" if match else ""
+    return UsageError(f"{where} is unknown{hint}; {_ALLOWED}")
+
+
+def _under_gateway(key: str, value: Any) -> str:
+    shown = _shown(key, value)
+    return _shown(f"gateway.{key}", value) if shown.startswith("[") else f"{key} = ... under [gateway]"
 
 
 def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -328,6 +383,7 @@ def _check(cfg: GatewayConfig) -> None:
     if not 0.0 < cfg.trace.sample <= 1.0:
         raise _bad("trace.sample", cfg.trace.sample)
     _check_sessions(cfg.trace)
+    _check_trace_dir(cfg.trace.dir)
     trusted_networks(cfg.trust_header_from)
     parse_hostport(cfg.listen, key="listen")
     admin_address(cfg)
@@ -341,19 +397,57 @@ def _check(cfg: GatewayConfig) -> None:
         raise _bad("tokens.template", cfg.tokens.template, ", ".join(TEMPLATES))
     specs = upstream_specs(cfg)
     for spec in specs:
-        try:
-            parsed = yarl.URL(spec.url)
-            ok = bool(parsed.host) and parsed.port is not None
-        except ValueError:
-            ok = False
-        if not ok:
-            raise _bad("upstreams", spec.url, "URLs like http://HOST:PORT (a host, and a port that is a number)")
+        _check_upstream_url(spec.url)
     check_routing(cfg.routing, specs)
     _check_ecosystem(cfg)
     if worker_count(cfg) > 1 and cfg.admin_listen == ADMIN_ON_PROXY:
         raise UsageError(f"gateway.workers (--workers) = {cfg.workers!r} needs its own admin_listen (--admin-listen "
                          "auto or HOST:PORT, not proxy): the supervisor serves the merged /metrics and "
                          "/slogate/status there")
+
+
+def _check_upstream_url(url: str) -> None:
+    """HOST:PORT with a port 1-65535, an optional path prefix, nothing the gateway would silently drop:
+    credentials, a query, a fragment (`--upstream` options after `#` are already split off)."""
+    try:
+        parsed = yarl.URL(url)
+        ok = bool(parsed.host) and parsed.port is not None and 0 < parsed.port < 65536
+    except ValueError:
+        parsed, ok = None, False
+    if parsed is None or not ok:
+        raise _bad("upstreams", _redacted(url), "URLs like http://HOST:PORT (a host, and a port 1-65535)")
+    if parsed.raw_user is not None or parsed.raw_password is not None:
+        raise _bad("upstreams", _redacted(url), "a URL without user:password@ (the gateway sends no credentials of "
+                   "its own; clients' Authorization headers are relayed to the upstream unchanged)")
+    if parsed.raw_query_string or "?" in url:
+        raise _bad("upstreams", url, "a URL without a ?query, which would not be sent (a path prefix is kept)")
+    if parsed.raw_fragment or "#" in url:
+        raise _bad("upstreams", url, "a URL without a #fragment; in [[upstream]] give name, pool, weight, models "
+                   "as keys of the table")
+
+
+def _redacted(url: str) -> str:
+    """`url` with any user:password@ replaced by ***@, for error messages."""
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    if "@" not in authority:
+        return url
+    return f"{scheme}{sep}***@{authority.rsplit('@', 1)[1]}{slash}{path}"
+
+
+def _check_trace_dir(path: str | None) -> None:
+    """A trace directory that is a file, or lies under one, could never be written: every record would be
+    dropped. A missing one is fine (the writer creates it with its first segment)."""
+    if path is None:
+        return
+    try:
+        is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+    except NotADirectoryError:
+        is_dir = False
+    except OSError:  # missing (created later) or unreadable (the writer reports and counts what it loses)
+        return
+    if not is_dir:
+        raise _bad("trace.dir", path, "a directory (created when missing), not a file or a path under a file")
 
 
 def worker_count(cfg: GatewayConfig) -> int:

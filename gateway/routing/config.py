@@ -13,7 +13,7 @@ import msgspec
 
 from slogate.gateway.routing.health import HealthConfig
 from slogate.gateway.routing.policies import POLICIES
-from slogate.gateway.routing.pools import parse_rules
+from slogate.gateway.routing.pools import PoolRule, parse_rules
 from slogate.gateway.routing.upstreams import DEFAULT_POOL, UpstreamSpec
 from slogate.traces.usage import UsageError
 
@@ -53,6 +53,12 @@ FLAGS: dict[str, str] = {
 }
 
 
+# Largest in-flight limit: the shared slots of --workers (routing/shared_state.py) are signed 64-bit, and a
+# limit plus one request over it must still fit in them.
+MAX_LIMIT = 1 << 62
+MAX_LIMIT_TEXT = f"2**62 ({MAX_LIMIT})"
+
+
 def _bad(key: str, value: object, hint: str) -> UsageError:
     flag = f" ({FLAGS[key]})" if key in FLAGS else ""
     return UsageError(f"gateway.routing.{key}{flag}: expected {hint}, got {value!r}")
@@ -74,14 +80,15 @@ def check_routing(cfg: RoutingConfig, specs: Sequence[UpstreamSpec]) -> None:
             f"no upstream is in pool {DEFAULT_POOL!r}, which gets the requests no --pool rule matches; "
             f"give one upstream #pool={DEFAULT_POOL} (pools now: {', '.join(sorted(pools))})"
         )
+    _check_pools_ruled(rules, specs)
     names = [s.label for s in specs]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise UsageError(f"--upstream: two upstreams are named {sorted(dup)[0]!r}; give each a distinct #name=")
     for key in ("max_inflight_requests", "max_inflight_tokens"):
         value = getattr(cfg, key)
-        if value is not None and value <= 0:
-            raise _bad(key, value, "a positive integer")
+        if value is not None and not 0 < value <= MAX_LIMIT:
+            raise _bad(key, value, f"a positive integer, at most {MAX_LIMIT_TEXT}")
     for key, low in (("queue_size", 0), ("retries", 0), ("affinity_prefix_bytes", 1)):
         if getattr(cfg, key) < low:
             raise _bad(key, getattr(cfg, key), f"an integer ≥ {low}")
@@ -104,6 +111,19 @@ def check_routing(cfg: RoutingConfig, specs: Sequence[UpstreamSpec]) -> None:
             raise _bad(f"health.{key}", getattr(h, key), "a positive number of seconds")
 
 
+def _check_pools_ruled(rules: Sequence[PoolRule], specs: Sequence[UpstreamSpec]) -> None:
+    """An upstream outside pool default that no rule names would never get an LLM request: refuse it."""
+    named = {rule.pool for rule in rules}
+    for spec in specs:
+        if spec.pool != DEFAULT_POOL and spec.pool not in named:
+            rules_now = ", ".join(repr(rule.text) for rule in rules) or "none"
+            raise UsageError(
+                f"upstream {spec.label!r} is in pool {spec.pool!r}, which no --pool rule names, so no LLM request "
+                f"would reach it; add a rule, e.g. --pool '{spec.pool}: prompt_tokens >= 4096', or drop "
+                f"pool={spec.pool} (rules now: {rules_now})"
+            )
+
+
 def routing_from_dict(data: dict) -> RoutingConfig:
     """The `[routing]` table -> RoutingConfig; UsageError names an unknown or mistyped key."""
     try:
@@ -123,7 +143,7 @@ def specs_from(upstreams: Sequence[str], tables: Sequence[dict | UpstreamSpec]) 
     """`--upstream` strings plus `[[upstream]]` tables -> validated specs (flags first)."""
     from slogate.gateway.routing.upstreams import check_spec, parse_upstream
 
-    specs = [parse_upstream(u) for u in upstreams]
+    specs = [_check_spec_limits(parse_upstream(u), where=f"--upstream {u!r}") for u in upstreams]
     for i, table in enumerate(tables):
         where = f"[[upstream]] #{i + 1}"
         if isinstance(table, UpstreamSpec):
@@ -133,5 +153,14 @@ def specs_from(upstreams: Sequence[str], tables: Sequence[dict | UpstreamSpec]) 
                 spec = msgspec.convert(table, UpstreamSpec)
             except msgspec.ValidationError as exc:
                 raise UsageError(f"{where}: {exc}; keys: {', '.join(UpstreamSpec.__struct_fields__)}") from None
-        specs.append(check_spec(spec, where=where))
+        specs.append(_check_spec_limits(check_spec(spec, where=where), where=where))
     return specs
+
+
+def _check_spec_limits(spec: UpstreamSpec, *, where: str) -> UpstreamSpec:
+    """An upstream's own in-flight limits within MAX_LIMIT (check_spec has refused ones ≤ 0)."""
+    for key in ("max_inflight_requests", "max_inflight_tokens"):
+        value = getattr(spec, key)
+        if value is not None and value > MAX_LIMIT:
+            raise UsageError(f"{where}: {key} must be a positive integer, at most {MAX_LIMIT_TEXT}, got {value!r}")
+    return spec

@@ -108,3 +108,82 @@ def test_cli_exit_status_and_one_line(tmp_path, capsys):
     assert err.startswith("slogate gateway: error:") and "--idle-timeout" in err and "\n" not in err
     assert main(["--upstream", "http://127.0.0.1:1", "--trace-sample", "1.5"]) == 2
     assert "gateway.trace.sample" in capsys.readouterr().err
+
+
+GW = '[gateway]\nupstreams = ["http://127.0.0.1:8000"]\n'
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ('[gatway]\nlisten = "1.2.3.4:5"\n', "top-level [gatway] is unknown (did you mean [gateway]?)"),
+        ("[timeouts]\nidle = 0.2\n", "top-level [timeouts] is outside [gateway] and would be ignored: write it [gateway.timeouts]"),
+        ("[timeout]\nidle = 0.2\n", "(did you mean [gateway.timeouts]?)"),
+        ("[sim]\ngpu = \"h100-sxm\"\n", "slogate sim --config"),
+        ('[gateway.routing]\npolicy = "round-robin"\n[routing]\npolicy = "least-requests"\n',
+         "both [routing] and [gateway.routing] are given"),
+        ('[[gateway.upstream]]\nurl = "http://127.0.0.1:8001"\n[[upstream]]\nurl = "http://127.0.0.1:8002"\n',
+         "both [[upstream]] and [[gateway.upstream]] are given"),
+    ],
+)
+def test_stray_top_level_tables_are_errors(tmp_path, extra, needle):
+    path = tmp_path / "slogate.toml"
+    path.write_text(GW + extra)
+    with pytest.raises(UsageError) as err:
+        read_toml(path)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_top_level_key_before_gateway_and_replay_table(tmp_path):
+    path = tmp_path / "slogate.toml"
+    path.write_text('listen = "127.0.0.1:9000"\n' + GW)
+    with pytest.raises(UsageError, match=r"top-level key 'listen' is outside \[gateway\]"):
+        read_toml(path)
+    path.write_text(GW + '[replay]\ntarget = "http://127.0.0.1:8000"\n[routing]\npolicy = "round-robin"\n')
+    assert read_toml(path) == {"upstreams": ["http://127.0.0.1:8000"], "routing": {"policy": "round-robin"}}
+    path.write_text('[gatway]\nupstreams = ["http://127.0.0.1:8000"]\n')
+    with pytest.raises(UsageError, match=r"no \[gateway\] table \(found: gatway\); did you mean \[gateway\]"):
+        read_toml(path)
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        ({"upstreams": ["http://user:secret@127.0.0.1:8000/pre"]}, "without user:password@"),
+        ({"upstreams": ["http://127.0.0.1:8000/pre?x=1"]}, "without a ?query"),
+        ({"upstream": [{"url": "http://127.0.0.1:8000#pool=long"}]}, "without a #fragment"),
+        ({"upstreams": ["http://127.0.0.1:0"]}, "a port 1-65535"),
+    ],
+)
+def test_upstream_url_parts_that_would_be_dropped(data, needle):
+    with pytest.raises(UsageError) as err:
+        build_config(data)
+    assert needle in str(err.value) and "secret" not in str(err.value)
+    assert build_config({"upstreams": ["http://127.0.0.1:8000/pre"]}).upstreams == ["http://127.0.0.1:8000/pre"]
+
+
+def test_trace_dir_that_is_a_file(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for bad in (afile, afile / "traces"):
+        with pytest.raises(UsageError, match=r"gateway\.trace\.dir \(--trace-dir\): expected a directory"):
+            build_config(merge(UP, {"trace.dir": str(bad)}))
+    later = tmp_path / "not" / "yet"
+    assert build_config(merge(UP, {"trace.dir": str(later)})).trace.dir == str(later)
+    assert not later.parent.exists()  # created by the writer with its first segment, not at config time
+
+
+async def _no_serve(cfg: object) -> None:  # a config wrongly accepted must fail the test, never serve
+    return None
+
+
+def test_duration_flags_are_finite(capsys, monkeypatch):
+    from slogate.gateway.cli import main
+
+    monkeypatch.setattr("slogate.gateway.server.serve", _no_serve)
+    for value in ("1e400", "1e400ms", "inf"):
+        with pytest.raises(UsageError, match="--idle-timeout"):
+            build_parser().parse_args(["--idle-timeout", value])
+    assert main(["--upstream", "http://127.0.0.1:1", "--shutdown-grace", "1e999"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--shutdown-grace" in err and "finite" in err and "\n" not in err

@@ -70,3 +70,34 @@ def test_cli_flags_reach_the_config_and_errors_exit_2(capsys):
     assert cli.main(["--upstream", "http://a:1", "--pool", "long: prompt_tokens >>= 1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--pool 'long: prompt_tokens >>= 1'" in err
+
+
+async def _no_serve(cfg: object) -> None:  # a config wrongly accepted must fail the test, never serve
+    return None
+
+
+def test_upstream_in_a_pool_no_rule_names(capsys, monkeypatch):
+    monkeypatch.setattr("slogate.gateway.server.serve", _no_serve)
+    up = ["--upstream", "http://127.0.0.1:19400", "--upstream", "http://127.0.0.1:19403#pool=long"]
+    assert cli.main(up) == 2
+    err = capsys.readouterr().err.strip()
+    assert "pool 'long'" in err and "--pool 'long: " in err and "\n" not in err
+    with pytest.raises(UsageError, match="pool 'long'"):
+        build_config({"upstreams": ["http://a:1"], "upstream": [{"url": "http://b:1", "pool": "long"}]})
+    args = cli.build_parser().parse_args([*up, "--pool", "long: max_tokens >= 2048"])
+    assert build_config(merge({}, cli.overrides(args))).routing.pools == ["long: max_tokens >= 2048"]
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"routing.max_inflight_tokens": 2 ** 64}, "gateway.routing.max_inflight_tokens (--max-inflight-tokens)"),
+    ({"routing.max_inflight_requests": 2 ** 62 + 1}, "gateway.routing.max_inflight_requests (--max-inflight-requests)"),
+    ({"upstreams": ["http://a:1#max_inflight_requests=18446744073709551616"]}, "max_inflight_requests must be"),
+    ({"upstream": [{"url": "http://b:1", "max_inflight_tokens": 2 ** 63 - 1}]}, "[[upstream]] #1: max_inflight_tokens"),
+])
+def test_limits_fit_the_shared_slots(data, message):
+    with pytest.raises(UsageError) as err:
+        build_config(merge({"upstreams": ["http://a:1"]}, data))
+    assert message in str(err.value) and "at most 2**62" in str(err.value)
+    cfg = build_config(merge({"upstreams": ["http://a:1#max_inflight_tokens=4611686018427387904"]},
+                             {"routing.max_inflight_requests": 2 ** 62}))
+    assert cfg.routing.max_inflight_requests == 2 ** 62
