@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import errno
 import math
+import socket
 import sys
 from typing import Any
 
@@ -256,8 +257,11 @@ def _main(argv: list[str]) -> int:
             return _run(Supervisor(cfg, worker_count(cfg), args.log_level).run())
         _run(serve(cfg))
     except OSError as exc:
-        if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
-            raise UsageError(f"cannot listen: {exc}; choose another --listen / --admin-listen address") from None
+        # socket.gaierror: a host name that does not resolve (its errno is the resolver's, e.g. EAI_NONAME)
+        if isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            where = cfg.listen + (f" (admin {cfg.admin_listen})" if cfg.admin_listen else "")
+            raise UsageError(f"cannot listen on {where}: {exc.strerror or exc}; choose another --listen / "
+                             "--admin-listen address") from None
         raise
     return 0
 

@@ -187,3 +187,18 @@ def test_duration_flags_are_finite(capsys, monkeypatch):
     assert main(["--upstream", "http://127.0.0.1:1", "--shutdown-grace", "1e999"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--shutdown-grace" in err and "finite" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("flag", ["--listen", "--admin-listen"])
+def test_a_listen_host_that_does_not_resolve_is_a_one_line_error(flag: str) -> None:
+    """With one process it was a socket.gaierror traceback and exit 1 (--workers already said it in one line)."""
+    import subprocess
+    import sys
+
+    from tests.servers import free_port
+
+    args = ["--listen", f"127.0.0.1:{free_port()}"] if flag == "--admin-listen" else []
+    proc = subprocess.run([sys.executable, "-m", "slogate", "gateway", "--upstream", "http://127.0.0.1:9", *args,
+                           flag, "host.invalid:19790"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "slogate gateway: error: cannot listen on " in proc.stderr and "host.invalid" in proc.stderr
