@@ -33,7 +33,8 @@ from slogate.traces.validate import problems as record_problems
 
 EPILOG = """\
 formats: slogate (*.jsonl.zst segments or a directory of them), mooncake (JSONL),
-         azure (CSV, 2023 and 2024 layouts), burstgpt (CSV, import only).
+         azure (CSV, 2023 and 2024 layouts), burstgpt (CSV, import only),
+         agentic (a directory of JSON session files, one session each; import only).
          Guessed from the file's content (input) or name (output) unless --from/--to is given.
 
 examples:

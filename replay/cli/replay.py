@@ -35,7 +35,7 @@ EXAMPLES = """examples:
       --model meta-llama/Llama-3.1-8B-Instruct --slo ttft=0.5,tpot=50ms --label gpu=H100 --out runs/h100
   # a public trace rescaled to 20 req/s, against a simulated H100 (HTTP) or in virtual time
   slogate replay traces/samples/azure_conv_10min.csv --rate 20 --target sim:h100-sxm/llama-3-8b --out runs/sim
-  slogate replay traces/samples/mooncake_conversation_10min.jsonl --target 'sim:a100-80g/llama-3-8b?tp=1' --virtual
+  slogate replay traces/samples/mooncake_conversation_10min.jsonl --target 'sim:a100-80g/llama-3-8b?max_model_len=131072' --virtual
   # agentic sessions (one file each): think time after each answer, subagents beside their parent
   slogate replay traces/samples/agentic/*.json --target 'sim:h200/llama-3.1-70b?tp=4' --virtual
   # synthetic: Poisson 5 req/s for 2 min; bursty gamma; closed loop with 32 in flight

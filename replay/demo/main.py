@@ -28,6 +28,7 @@ from slogate.replay.demo.steps import (
     write_report,
 )
 from slogate.replay.interrupt import interrupt_status, signals_as_interrupt
+from slogate.replay.sim.catalog import GPUS
 from slogate.traces.usage import UsageError
 
 DEFAULT_SLO = "interactive:ttft=0.5,tpot=50ms"
@@ -53,9 +54,9 @@ The whole slogate loop on your machine, no GPU needed (about 1½ minutes with th
 
 Ctrl-C (or SIGTERM) at any point stops every process the demo started."""
 
-EPILOG = """\
+EPILOG = f"""\
 setups (--gpu-baseline, --candidates): GPU[/MODEL][?dtype=fp8&tp=2&…], the options of slogate sim
-  (gpus: a100-80g, h100-sxm, h200, l40s, a10, l4, rtx-4090, rtx-3090; dtypes: bf16, fp8, int8, int4)
+  (gpus: {", ".join(sorted(GPUS))}; dtypes: bf16, fp8, int8, int4)
 
 output folder:
   capture/            the trace the gateway captured (slogate trace format, zstd JSON lines)
