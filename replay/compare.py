@@ -53,7 +53,7 @@ class Side(msgspec.Struct):
 
     name: str
     source: str
-    kind: str  # "run" (results.json), "trace" (captured trace summarized over its span) or a peer ("aiperf", "guidellm", "vllm-bench")
+    kind: str  # "run" (results.json), "trace" (captured trace summarized like a run, over its offered window) or a peer ("aiperf", "guidellm", "vllm-bench")
     results: Results
     records: list[RequestRecord] | None = None  # per-request records (None: none beside the results)
     notes: list[str] = []  # how a peer's metric definitions map onto slogate's
@@ -408,6 +408,12 @@ def mismatches(sides: Sequence[Side]) -> list[str]:
     digests = {s.name: s.results.environment.trace_digest for s in runs if s.kind == "run"}
     if len({d for d in digests.values() if d}) > 1:
         out.append("the runs replayed different traces (trace_digest differs): their load was not the same")
+    timed = {s.name: any(r.chunk_times for r in s.records) for s in runs if s.records}
+    if len(set(timed.values())) > 1:
+        bare = ", ".join(name for name, has in timed.items() if not has)
+        out.append(f"{bare}: records without chunk times (a capture without --trace-chunk-times), so in-window "
+                   "throughput spreads each request's tokens evenly from TTFT to E2E where the other sides count "
+                   "every chunk at its time; under a changing load the two differ (by 10-20 % in an overload)")
     return out
 
 

@@ -117,7 +117,7 @@ def load_capture(path: Path, *, name: str | None = None, with_records: bool = Tr
         raise ReportError(str(exc)) from None
     run = RunData(name=name or (path.name if path.is_dir() else path.name.removesuffix(".jsonl.zst")),
                   path=str(path), results=results, records=records if with_records else [])
-    run.notes.append("a captured trace, summarized over its span (no replay: no schedule lag, telemetry or stability)")
+    run.notes.append("a captured trace, summarized like a run over its offered window (no replay: no schedule lag, telemetry or stability)")
     return run
 
 

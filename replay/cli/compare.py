@@ -282,7 +282,7 @@ def _print_sources(sides: Sequence[Side], cis: CIs | None = None) -> None:
     if cis and any(c for c in cis):
         print("  Δ% * = beyond the 95% bootstrap CI of the change (significant), ~ = within it (noise)")
     for s in sides:
-        extra = {"trace": " (captured trace, summarized over its span)", "aiperf": " (AIPerf export)",
+        extra = {"trace": " (captured trace, summarized like a run over its offered window)", "aiperf": " (AIPerf export)",
                  "guidellm": " (guidellm report)", "vllm-bench": " (vllm bench serve result)"}.get(s.kind, "")
         degraded = f"  DEGRADED: {'; '.join(s.results.summary.degraded_reasons)}" if s.results.summary.degraded else ""
         print(f"  {s.name}: {s.source}{extra}{degraded}")

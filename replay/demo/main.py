@@ -249,7 +249,7 @@ def start_servers(opts: DemoOptions, children: Children, salt: Path, capture: Pa
     gateway = children.start("gateway", [
         "gateway", "--listen", f"127.0.0.1:{gateway_port}", "--admin-listen", f"127.0.0.1:{admin_port}",
         "--upstream", sim_url, "--slo", opts.slo,
-        "--trace-dir", str(capture), "--trace-salt-file", str(salt), "--shutdown-grace", "5",
+        "--trace-dir", str(capture), "--trace-salt-file", str(salt), "--trace-chunk-times", "--shutdown-grace", "5",
         "--log-level", "warning"])
     ready_sim = wait_ready(sim, f"{sim_url}/health", READY_S)
     ready_gw = wait_ready(gateway, f"{gateway_url}/readyz", READY_S)

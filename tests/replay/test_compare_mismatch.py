@@ -38,3 +38,26 @@ def test_different_slos_and_traces_are_warned(tmp_path: Path, capsys: pytest.Cap
     assert slogate(["compare", loose, strict, "--json"]) == 0
     warnings = json.loads(capsys.readouterr().out)["warnings"]
     assert len(warnings) == 1 and "different SLOs" in warnings[0]
+
+
+def test_a_side_without_chunk_times_is_warned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A capture made without --trace-chunk-times spreads each request's tokens evenly over TTFT..E2E for
+    in-window throughput; the demo's "production" column read 10 % above the same requests replayed (which
+    carry every chunk time) in an overload."""
+    import msgspec
+
+    from slogate.traces import formats
+    from slogate.traces.reader import read_trace
+
+    run = _run(tmp_path / "run", "azure_conv_10min.csv", "--slo", "ttft=0.5,tpot=50ms")
+    trace = read_trace(Path(run) / "requests.jsonl.zst")
+    assert all(r.chunk_times for r in trace.records)
+    bare = tmp_path / "cap.jsonl.zst"
+    formats.save([msgspec.structs.replace(r, chunk_times=None) for r in trace.records], bare, "slogate",
+                 header=trace.header)
+    capsys.readouterr()
+    assert slogate(["compare", str(bare), run]) == 0
+    out = capsys.readouterr().out
+    assert "WARNING: cap: records without chunk times" in out
+    assert slogate(["compare", str(Path(run) / "requests.jsonl.zst"), run]) == 0
+    assert "without chunk times" not in capsys.readouterr().out

@@ -61,7 +61,7 @@ def test_report_draws_a_capture_beside_a_run(tmp_path: Path, run: Path) -> None:
         html = tmp_path / "r.html"
         assert slogate(["report", str(production), str(run), "-o", str(html)]) == 0
         text = html.read_text()
-        assert "a captured trace, summarized over its span" in text and "run" in text
+        assert "a captured trace, summarized like a run over its offered window" in text and "run" in text
     empty = tmp_path / "empty"
     empty.mkdir()
     assert slogate(["report", str(empty), "-o", str(tmp_path / "e.html")]) == 2
