@@ -229,7 +229,13 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "otel": args.otel,
     }
     if args.slos:
-        out["slos"] = dict(slo_flag(s) for s in args.slos)
+        pairs = [slo_flag(s) for s in args.slos]
+        names = [name for name, _ in pairs]
+        if len(set(names)) < len(names):
+            twice = next(n for n in names if names.count(n) > 1)
+            raise UsageError(f"--slo: two SLOs are named {twice!r} (the last would replace the first); give each "
+                             "its own NAME:, e.g. --slo interactive:ttft=0.5 --slo batch:e2e=30")
+        out["slos"] = dict(pairs)
     return out
 
 

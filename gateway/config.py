@@ -182,6 +182,7 @@ FLAGS: dict[str, str] = {
     "trace.rotate_bytes": "--trace-rotate-bytes",
     "trace.rotate_seconds": "--trace-rotate-seconds",
     "trace.queue_size": "--trace-queue-size",
+    "trace.chunk_times": "--trace-chunk-times",
     "trace.session_header": "--session-header",
     "trace.session_from": "--session-from",
     "trace.session_window": "--session-window",
@@ -384,6 +385,7 @@ def _check(cfg: GatewayConfig) -> None:
         raise _bad("trace.sample", cfg.trace.sample)
     _check_sessions(cfg.trace)
     _check_trace_dir(cfg.trace.dir)
+    _check_capture_options(cfg.trace)
     trusted_networks(cfg.trust_header_from)
     parse_hostport(cfg.listen, key="listen")
     admin_address(cfg)
@@ -433,6 +435,18 @@ def _redacted(url: str) -> str:
     if "@" not in authority:
         return url
     return f"{scheme}{sep}***@{authority.rsplit('@', 1)[1]}{slash}{path}"
+
+
+def _check_capture_options(trace: TraceConfig) -> None:
+    """Capture options given without --trace-dir would do nothing: say so rather than ignore them."""
+    if trace.dir is not None:
+        return
+    default = TraceConfig()
+    given = [FLAGS.get(f"trace.{name}", f"trace.{name}") for name in TraceConfig.__struct_fields__
+             if name != "dir" and getattr(trace, name) != getattr(default, name)]
+    if given:
+        raise UsageError(f"{', '.join(given)} set without --trace-dir (gateway.trace.dir): they only shape the "
+                         "capture; add --trace-dir DIR, or drop them")
 
 
 def _check_trace_dir(path: str | None) -> None:

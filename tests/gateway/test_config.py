@@ -202,3 +202,19 @@ def test_a_listen_host_that_does_not_resolve_is_a_one_line_error(flag: str) -> N
                            flag, "host.invalid:19790"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "slogate gateway: error: cannot listen on " in proc.stderr and "host.invalid" in proc.stderr
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--slo", "a:ttft=1", "--slo", "a:e2e=2"], "--slo: two SLOs are named 'a'"),
+    (["--slo", "ttft=1", "--slo", "e2e=2"], "--slo: two SLOs are named 'default'"),
+    (["--trace-sample", "0.5"], "--trace-sample set without --trace-dir"),
+    (["--trace-chunk-times", "--session-header", "X-S"], "--trace-chunk-times, --session-header set without --trace-dir"),
+])
+def test_options_that_would_be_ignored_are_errors(args: list[str], fragment: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A repeated SLO name kept the last one; capture options without a capture did nothing. Both silently."""
+    from slogate.cli import main as slogate
+
+    assert slogate(["gateway", "--upstream", "http://127.0.0.1:9", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and len(err.splitlines()) == 1, err
