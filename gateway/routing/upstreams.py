@@ -61,6 +61,8 @@ def parse_upstream(text: str) -> UpstreamSpec:
                 f"models=a|b,max_inflight_requests=N,max_inflight_tokens=N"
             )
         value = value.strip()
+        if key in fields:
+            raise UsageError(f"--upstream {text!r}: {key} is given twice (the last would win); give it once")
         if key == "models":
             fields[key] = [m for m in value.split("|") if m]
         elif key == "weight":

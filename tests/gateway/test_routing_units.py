@@ -40,7 +40,7 @@ def test_parse_upstream_fragment_syntax():
     assert parse_upstream("http://u:p@host:9/v1").label == "host:9"
     assert host_port("https://example.com/x") == "example.com:443"
     for bad in ("http://h:1#pool", "http://h:1#colour=red", "http://h:1#weight=0", "http://h:1#weight=x",
-                "ftp://h", "http://h:1#pool=a b"):
+                "ftp://h", "http://h:1#pool=a b", "http://h:1#name=a,name=b"):  # (the last name won)
         with pytest.raises(UsageError):
             parse_upstream(bad)
 
