@@ -397,6 +397,9 @@ def _check(cfg: GatewayConfig) -> None:
     parse_slos(cfg.slos)
     if cfg.tokens.template not in TEMPLATES:
         raise _bad("tokens.template", cfg.tokens.template, ", ".join(TEMPLATES))
+    if cfg.tokens.template != "none" and not cfg.tokens.tokenizer:
+        raise UsageError(f"--chat-template {cfg.tokens.template} (gateway.tokens.template) set without --tokenizer: "
+                         "the template only shapes what the tokenizer counts; add --tokenizer, or drop it")
     specs = upstream_specs(cfg)
     for spec in specs:
         _check_upstream_url(spec.url)

@@ -112,8 +112,9 @@ class GatewayTokens:
                 for record, body, done in batch:
                     done(record, body)
                 raise
-            except Exception:
-                log.warning("counting prompt tokens failed; the estimates are kept", exc_info=False)
+            except Exception as exc:  # the class only: an exception's text may quote what it was given
+                log.warning("counting prompt tokens on %s failed (%s); the estimates are kept",
+                            self.url or "the tokenizer file", type(exc).__name__, exc_info=False)
                 counts = [None] * len(batch)
             for (record, body, done), count in zip(batch, counts, strict=True):
                 if count is not None:

@@ -209,6 +209,7 @@ def test_a_listen_host_that_does_not_resolve_is_a_one_line_error(flag: str) -> N
     (["--slo", "ttft=1", "--slo", "e2e=2"], "--slo: two SLOs are named 'default'"),
     (["--trace-sample", "0.5"], "--trace-sample set without --trace-dir"),
     (["--trace-chunk-times", "--session-header", "X-S"], "--trace-chunk-times, --session-header set without --trace-dir"),
+    (["--chat-template", "gemma"], "--chat-template gemma (gateway.tokens.template) set without --tokenizer"),
 ])
 def test_options_that_would_be_ignored_are_errors(args: list[str], fragment: str,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
