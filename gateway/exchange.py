@@ -241,12 +241,12 @@ class Exchange:
             client.end(tail)
         except asyncio.CancelledError:
             if wd.fired is None:  # client went away (or hard shutdown): abort upstream, re-raise
-                self.record(stream.t_last, status, self._cancel_reason())
+                self.record(None, status, self._cancel_reason())  # E2E to now: when the request ended, as Envoy's
                 raise
             asyncio.current_task().uncancel()  # type: ignore[union-attr]
             return self._fail_late(cast(ErrorClass, wd.fired), status)
         except ClientGone:
-            self.record(stream.t_last, status, "client_disconnect")
+            self.record(None, status, "client_disconnect")  # E2E to when the gateway saw the client gone
             client.cut()
         except UpstreamError as exc:
             return self._fail_late(upstream_error_class(exc), status)
