@@ -8,6 +8,7 @@ header or request content ever reaches the log.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import traceback
 
@@ -19,8 +20,7 @@ class RedactFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.args and not record.name.startswith("slogate"):  # slogate's own arguments are safe
-            record.msg = str(record.msg).replace("%s", "<redacted>").replace("%r", "<redacted>")
-            record.args = None
+            record.msg, record.args = _redact_args(str(record.msg), record.args)
         if record.exc_info and record.exc_info[0] is not None:
             exc_type, _, tb = record.exc_info
             record.msg, record.args = record.getMessage(), None
@@ -30,6 +30,31 @@ class RedactFilter(logging.Filter):
             record.exc_info = None
             record.exc_text = None
         return True
+
+
+# one %-placeholder of a logging message: %%, or %[(key)][flags][width][.precision][length]type
+_PLACEHOLDER = re.compile(r"%%|%(?:\([^)]*\))?[#0 +-]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?[diouxXeEfFgGcrsa]")
+
+
+def _redact_args(msg: str, args: object) -> tuple[str, tuple | None]:
+    """A library's message with every argument that is not a number replaced by <redacted> (numbers, such
+    as a retry delay, carry no request data); the numbers stay arguments of their placeholders."""
+    if not isinstance(args, tuple):  # a mapping (%(name)s): nothing is kept
+        return _PLACEHOLDER.sub(lambda m: "%%" if m.group() == "%%" else "<redacted>", msg), None
+    kept: list[object] = []
+    pending = iter(args)
+
+    def one(m: re.Match[str]) -> str:
+        if m.group() == "%%":
+            return "%%"
+        arg = next(pending, None)
+        if isinstance(arg, int | float) and not isinstance(arg, bool) and "*" not in m.group():
+            kept.append(arg)
+            return m.group()
+        return "<redacted>"
+
+    out = _PLACEHOLDER.sub(one, msg)
+    return out, tuple(kept) if kept else None
 
 
 class JsonFormatter(logging.Formatter):

@@ -9,6 +9,7 @@ import time
 from time import perf_counter_ns
 
 import orjson
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from slogate.gateway.config import Timeouts
@@ -211,6 +212,20 @@ def test_log_redaction_drops_addresses_and_exception_text():
     RedactFilter().filter(record)
     text = logging.Formatter().format(record)
     assert "10.1.2.3" not in text and "secret" not in text and "ValueError" in text
+
+
+@pytest.mark.parametrize(("msg", "args", "shown"), [
+    # OpenTelemetry's retry warning came out as "… retrying in %.2fs." (only %s and %r were replaced)
+    ("Transient error %s encountered while exporting %s batch, retrying in %.2fs.", ("UNAVAILABLE", "span", 1.234),
+     "Transient error <redacted> encountered while exporting <redacted> batch, retrying in 1.23s."),
+    ("100%% of %s at %d", ("secret prompt text", 7), "100% of <redacted> at 7"),
+    ("%5.1f ms for %r", (2.25, b"secret"), "  2.2 ms for <redacted>"),
+    ("%(who)s said %(what)s", ({"who": "10.1.2.3", "what": "secret"},), "<redacted> said <redacted>"),
+])
+def test_log_redaction_keeps_numbers_and_drops_the_rest(msg: str, args: tuple, shown: str) -> None:
+    record = logging.LogRecord("opentelemetry.exporter", logging.WARNING, "x", 1, msg, args, None)
+    RedactFilter().filter(record)
+    assert record.getMessage() == shown
 
 
 def test_overhead_counts_waits_once_and_closes_a_wait_left_open():
