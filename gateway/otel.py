@@ -91,9 +91,48 @@ class OtelSpans:
         pass
 
     async def close(self) -> None:
-        import asyncio
-
-        await asyncio.to_thread(self.provider.shutdown)  # flushes the batch processor
+        await bounded_shutdown(self.provider.shutdown, "OTLP span")  # flushes the batch processor
 
     def reopen(self) -> None:
         pass
+
+
+SHUTDOWN_S = 5.0  # what an exporter may take at exit to send its last batch
+
+
+async def in_daemon_thread(fn: Any, name: str) -> Any:
+    """`fn()` (a blocking OpenTelemetry export or shutdown) in a daemon thread; its result. With no
+    collector listening an exporter retries with backoff for its whole timeout (10 s by default): in the
+    loop's executor such a call held the gateway's exit far past --shutdown-grace; a daemon thread never
+    holds the interpreter's exit."""
+    import asyncio
+    import threading
+
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not done.done():
+            done.set_result(value) if ok else done.set_exception(value)
+
+    def run() -> None:
+        try:
+            value, ok = fn(), True
+        except BaseException as exc:  # handed to the awaiting coroutine
+            value, ok = exc, False
+        loop.call_soon_threadsafe(settle, ok, value)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return await done
+
+
+async def bounded_shutdown(shutdown: Any, what: str, timeout_s: float = SHUTDOWN_S) -> None:
+    """An exporter's or provider's `shutdown` (it sends what it still holds) for at most `timeout_s`."""
+    import asyncio
+    import logging
+
+    try:
+        await asyncio.wait_for(in_daemon_thread(shutdown, f"{what} shutdown"), timeout_s)
+    except TimeoutError:
+        logging.getLogger("slogate.gateway").warning(
+            "%s exporter still sending after %.0f s at shutdown (no collector?): exiting without it", what, timeout_s)

@@ -18,6 +18,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from slogate.gateway.otel import bounded_shutdown, in_daemon_thread
 from slogate.traces.usage import UsageError
 
 log = logging.getLogger("slogate.gateway.otel")
@@ -137,7 +138,7 @@ class OtelMetrics:
 
     async def export_once(self) -> None:
         data = self.snapshot()
-        result = await asyncio.to_thread(self.exporter.export, data)
+        result = await in_daemon_thread(lambda: self.exporter.export(data), "OTLP metrics export")
         if getattr(result, "name", "SUCCESS") != "SUCCESS":
             log.warning("OTLP metrics export failed (%s); retrying at the next interval", result.name)
 
@@ -157,9 +158,15 @@ class OtelMetrics:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        with contextlib.suppress(Exception):
-            await self.export_once()  # the final numbers
-        await asyncio.to_thread(self.exporter.shutdown)
+        data = self.snapshot()  # the final numbers, sent with the shutdown (bounded: a dead collector must not
+        exporter = self.exporter  # hold the exit)
+
+        def last() -> None:
+            with contextlib.suppress(Exception):
+                exporter.export(data)
+            exporter.shutdown()
+
+        await bounded_shutdown(last, "OTLP metrics")
 
     def submit(self, record: Any, traceparent: str | None = None) -> None:
         pass  # metrics come from the registry, not per record
