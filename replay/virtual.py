@@ -18,7 +18,6 @@ from slogate.replay.worker import REPEAT_INDEX_STEP, Item
 from slogate.replay.workload import Workload
 from slogate.traces.record import RequestRecord
 from slogate.traces.summary import finished_at
-from slogate.traces.usage import UsageError
 
 if TYPE_CHECKING:
     from slogate.replay.sim.engine import Probe
@@ -40,7 +39,6 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
     from slogate.replay.target import sim_config
     from slogate.replay.workload import root_session
 
-    _check_arrivals(workload)
     config = sim_config(sim_opts)
     reqs = [
         SimRequest(arrival=p.t, prompt_tokens=p.input_tokens, output_tokens=p.output_tokens, hash_ids=p.hash_ids,
@@ -86,16 +84,6 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
              "stopped_at": -1.0 if s.stopped_at is None else s.stopped_at, "peak_running": s.peak_running,
              "steps": s.steps, "host_bound_steps": s.host_bound_steps}
     return items, stats
-
-
-def _check_arrivals(workload: Workload) -> None:
-    """A non-finite arrival time (a NaN or an infinite timestamp in the trace) is the user's to fix: on the
-    virtual clock it would never be reached (inf) or poison every time after it (NaN)."""
-    for p in workload.requests:
-        if not math.isfinite(p.t) or (p.think is not None and not math.isfinite(p.think)):
-            value = f"t={p.t}" if not math.isfinite(p.t) else f"think={p.think}"
-            raise UsageError(f"request {p.index + 1} of the workload (in arrival order) has {value}: timestamps must "
-                             "be finite numbers; fix or drop that row of the trace (slogate trace validate lists it)")
 
 
 def _chunk_times(res: SimResult) -> list[float]:

@@ -26,6 +26,8 @@ def problems(records: Sequence[RequestRecord], *, measured: bool = True, limit: 
         bad = []
         if not math.isfinite(r.t) or r.t < 0:
             bad.append(f"t={r.t}")
+        if r.think is not None and not (math.isfinite(r.think) and r.think >= 0):  # a session's think time
+            bad.append(f"think={r.think}")
         bad += [f"{name}={v}" for name in _TOKENS if (v := getattr(r, name)) is not None and v < 0]
         if measured:
             bad += [f"{name}={v}" for name in _TIMES

@@ -78,8 +78,8 @@ class SimResult(msgspec.Struct, kw_only=True):
         ttft = e2e = None
         if times:  # the properties above, once each (a virtual run makes one record per request)
             ttft, e2e = times[0] - t, times[-1] - t
-        return RequestRecord(
-            t=t, endpoint=endpoint, model=model, input_tokens=self.prompt_tokens,
+        return RequestRecord(  # a rejected prompt's 400 carries no usage: no input tokens, as over HTTP
+            t=t, endpoint=endpoint, model=model, input_tokens=None if self.error == "context_length" else self.prompt_tokens,
             output_tokens=len(times), tokens_source="usage", ttft=ttft, tpot=metrics.tpot(e2e, ttft, len(times)),
             e2e=e2e, ttfb=ttft, queue=None if self.first_scheduled is None else self.first_scheduled - t,
             itl=metrics.itl_summary(metrics.gaps(times)) if itl else None,
