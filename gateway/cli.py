@@ -220,6 +220,9 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
         "tokens.template": args.chat_template,
     }
     if args.trust_header_from:
+        if "none" in args.trust_header_from and len(args.trust_header_from) > 1:
+            raise UsageError("--trust-header-from none trusts no client: it cannot be combined with networks "
+                             f"({', '.join(c for c in args.trust_header_from if c != 'none')}); give one or the other")
         out["trust_header_from"] = [c for c in args.trust_header_from if c != "none"]
     out |= {  # ---- ecosystem (issue 17)
         "provider_name": args.provider_name,

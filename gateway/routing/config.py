@@ -107,8 +107,13 @@ def check_routing(cfg: RoutingConfig, specs: Sequence[UpstreamSpec]) -> None:
         if getattr(h, key) < 1:
             raise _bad(f"health.{key}", getattr(h, key), "an integer ≥ 1")
     for key in ("timeout", "eject_base", "eject_max"):
-        if not getattr(h, key) > 0:
-            raise _bad(f"health.{key}", getattr(h, key), "a positive number of seconds")
+        if not 0 < getattr(h, key) < math.inf:
+            raise _bad(f"health.{key}", getattr(h, key), "a positive, finite number of seconds")
+    if h.eject_base > h.eject_max:
+        raise _bad("health.eject_base", h.eject_base, f"at most health.eject_max ({h.eject_max:g} s): the first "
+                   "ejection is eject_base, each next one doubles up to eject_max")
+    if not cfg.priority_header.strip():
+        raise _bad("priority_header", cfg.priority_header, 'a header name, e.g. "x-slogate-priority"')
 
 
 def _check_pools_ruled(rules: Sequence[PoolRule], specs: Sequence[UpstreamSpec]) -> None:

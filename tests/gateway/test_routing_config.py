@@ -51,6 +51,13 @@ def test_toml_tables_and_flags_override(tmp_path):
     ({"upstreams": ["http://a:1#weight=-1"]}, "weight"),
     ({"upstream": [{"url": "http://a:1", "colour": "red"}]}, "colour"),
     ({"upstreams": ["http://a:1"], "routing": {"health": {"intervall": 1}}}, "gateway.routing.health"),
+    # accepted silently before: a first ejection longer than the cap, a health check that never times out,
+    # an empty priority header name
+    ({"upstreams": ["http://a:1"], "routing": {"health": {"eject_base": 100, "eject_max": 1}}},
+     "gateway.routing.health.eject_base: expected at most health.eject_max (1 s)"),
+    ({"upstreams": ["http://a:1"], "routing": {"health": {"timeout": float("inf")}}},
+     "gateway.routing.health.timeout: expected a positive, finite number of seconds"),
+    ({"upstreams": ["http://a:1"], "routing": {"priority_header": " "}}, "gateway.routing.priority_header"),
 ])
 def test_bad_routing_config_names_the_key(data, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -101,3 +108,9 @@ def test_limits_fit_the_shared_slots(data, message):
     cfg = build_config(merge({"upstreams": ["http://a:1#max_inflight_tokens=4611686018427387904"]},
                              {"routing.max_inflight_requests": 2 ** 62}))
     assert cfg.routing.max_inflight_requests == 2 ** 62
+
+
+def test_trust_header_from_none_with_networks_is_an_error(capsys):
+    """`none` was dropped and the networks kept: the opposite of what `none` says."""
+    assert cli.main(["--upstream", "http://a:1", "--trust-header-from", "none", "--trust-header-from", "10.0.0.0/8"]) == 2
+    assert "--trust-header-from none trusts no client" in capsys.readouterr().err
