@@ -123,3 +123,24 @@ def trace_records(trace_dir: Path, n: int, timeout: float = 10.0) -> list[Reques
     records = wait_for(lambda: (lambda r: r if len(r) >= n else None)(read_records(trace_dir)), timeout=timeout)
     assert records, f"fewer than {n} records in {trace_dir} after {timeout}s: {len(read_records(trace_dir))}"
     return records
+
+
+class ChatSender:
+    """Sends `n` chat requests (each must answer 200) to a gateway; `sent` counts them all."""
+
+    def __init__(self, url: str, body: bytes) -> None:
+        self.url, self.body, self.sent = url, body, 0
+
+    def __call__(self, n: int) -> None:
+        for _ in range(n):
+            self.sent += 1
+            assert http_request(self.url, "POST", "/v1/chat/completions", self.body,
+                                {"Content-Type": "application/json"})[0] == 200
+
+
+def trace_counts(admin_url: str) -> tuple[float, float]:
+    """The capture's records so far as (written, dropped), from the gateway's /metrics."""
+    samples = metric_samples(admin_url)
+    return (metric_sum(samples, "slogate_trace_records_total", outcome="written"),
+            metric_sum(samples, "slogate_trace_records_total", outcome="dropped"))
+

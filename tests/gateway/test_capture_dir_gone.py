@@ -18,7 +18,7 @@ import pytest
 from slogate.traces.reader import read_trace
 from slogate.traces.record import RequestRecord
 from slogate.traces.writer import TraceWriter, WriterConfig
-from tests.gateway.fixtures_gateway import SIM_MODEL, http_request, metric_samples, metric_sum, wait_for
+from tests.gateway.fixtures_gateway import SIM_MODEL, ChatSender, trace_counts, wait_for
 from tests.realservers import start_gateway
 from tests.simserver import start_sim
 
@@ -43,18 +43,10 @@ def test_gateway_trace_dir_deleted_mid_run_starts_a_new_segment_and_warns_once(t
     with start_sim(timing="constant", ttft_ms=1, itl_ms=1) as sim, start_gateway(
         sim.url, trace_dir=trace, extra_args=("--trace-flush-interval", "0.1"),
     ) as gw:
-        sent = [0]
-
-        def send(n: int) -> None:
-            for _ in range(n):
-                sent[0] += 1
-                assert http_request(gw.url, "POST", "/v1/chat/completions", chat,
-                                    {"Content-Type": "application/json"})[0] == 200
+        send = ChatSender(gw.url, chat)
 
         def counts() -> tuple[float, float]:
-            samples = metric_samples(gw.admin_url)
-            return (metric_sum(samples, "slogate_trace_records_total", outcome="written"),
-                    metric_sum(samples, "slogate_trace_records_total", outcome="dropped"))
+            return trace_counts(gw.admin_url)
 
         send(3)
         assert wait_for(lambda: counts() == (3, 0), timeout=10), counts()
@@ -62,13 +54,13 @@ def test_gateway_trace_dir_deleted_mid_run_starts_a_new_segment_and_warns_once(t
         send(4)
         time.sleep(0.3)  # the next frames too
         send(3)
-        assert wait_for(lambda: sum(counts()) == sent[0], timeout=10), (counts(), sent)
+        assert wait_for(lambda: sum(counts()) == send.sent, timeout=10), (counts(), send.sent)
         assert wait_for(lambda: len(_on_disk(trace)) == 7 if trace.is_dir() else False, timeout=10)
         first_log = gw.log_text()
 
         shutil.rmtree(trace)  # a second episode: one more warning
         send(5)
-        assert wait_for(lambda: sum(counts()) == sent[0], timeout=10), (counts(), sent)
+        assert wait_for(lambda: sum(counts()) == send.sent, timeout=10), (counts(), send.sent)
         assert wait_for(lambda: len(_on_disk(trace)) == 5 if trace.is_dir() else False, timeout=10)
         written, dropped = counts()
         log = gw.log_text()

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from slogate.traces.reader import read_trace
-from tests.gateway.fixtures_gateway import SIM_MODEL, http_request, metric_samples, metric_sum, wait_for
+from tests.gateway.fixtures_gateway import SIM_MODEL, ChatSender, trace_counts, wait_for
 from tests.realservers import start_gateway
 from tests.simserver import start_sim
 
@@ -44,18 +44,10 @@ def test_disk_full_is_logged_once_per_episode_and_recovery_once(tmp_path: Path) 
         inside = Path(f"/proc/{gw.proc.pid}/root") / str(fs).lstrip("/")  # the gateway's view of the tmpfs
         assert (inside / "filler").exists() and not any(fs.iterdir()), "the tmpfs is private to the gateway"
 
-        sent = [0]
-
-        def send(n: int) -> None:
-            for _ in range(n):
-                sent[0] += 1
-                assert http_request(gw.url, "POST", "/v1/chat/completions", chat,
-                                    {"Content-Type": "application/json"})[0] == 200
+        send = ChatSender(gw.url, chat)
 
         def counts() -> tuple[float, float]:
-            samples = metric_samples(gw.admin_url)
-            return (metric_sum(samples, "slogate_trace_records_total", outcome="written"),
-                    metric_sum(samples, "slogate_trace_records_total", outcome="dropped"))
+            return trace_counts(gw.admin_url)
 
         send(30)
         assert wait_for(lambda: counts() == (0, 30), timeout=10), counts()
@@ -68,7 +60,7 @@ def test_disk_full_is_logged_once_per_episode_and_recovery_once(tmp_path: Path) 
         (inside / "filler").unlink()  # space again: the writer retries after its interval (5 s)
         assert wait_for(lambda: send(1) or counts()[0] > 0, timeout=20, interval=0.2), counts()
         assert wait_for(lambda: AGAIN in gw.log_text(), timeout=5)
-        assert wait_for(lambda: sum(counts()) == sent[0], timeout=10), (counts(), sent)
+        assert wait_for(lambda: sum(counts()) == send.sent, timeout=10), (counts(), send.sent)
         written, dropped = counts()
         send(10)
         assert wait_for(lambda: counts() == (written + 10, dropped), timeout=10), counts()
@@ -77,7 +69,7 @@ def test_disk_full_is_logged_once_per_episode_and_recovery_once(tmp_path: Path) 
         assert wait_for(lambda: send(5) or counts()[1] > dropped, timeout=20, interval=0.2), counts()
         assert wait_for(lambda: gw.log_text().count(LOST) == 2, timeout=5)
         send(10)
-        assert wait_for(lambda: sum(counts()) == sent[0], timeout=10), (counts(), sent)
+        assert wait_for(lambda: sum(counts()) == send.sent, timeout=10), (counts(), send.sent)
         written, dropped = counts()
         records = list(read_trace(inside / "trace").records)
         log = gw.log_text()
