@@ -14,7 +14,7 @@ import msgspec
 from slogate.gateway.routing.health import HealthConfig
 from slogate.gateway.routing.policies import POLICIES
 from slogate.gateway.routing.pools import PoolRule, parse_rules
-from slogate.gateway.routing.upstreams import DEFAULT_POOL, UpstreamSpec
+from slogate.gateway.routing.upstreams import DEFAULT_POOL, MAX_LIMIT, MAX_LIMIT_TEXT, UpstreamSpec
 from slogate.traces.usage import UsageError
 
 
@@ -51,12 +51,6 @@ FLAGS: dict[str, str] = {
     "health.interval": "--health-interval",
     "health.path": "--health-path",
 }
-
-
-# Largest in-flight limit: the shared slots of --workers (routing/shared_state.py) are signed 64-bit, and a
-# limit plus one request over it must still fit in them.
-MAX_LIMIT = 1 << 62
-MAX_LIMIT_TEXT = f"2**62 ({MAX_LIMIT})"
 
 
 def _bad(key: str, value: object, hint: str) -> UsageError:
@@ -148,7 +142,7 @@ def specs_from(upstreams: Sequence[str], tables: Sequence[dict | UpstreamSpec]) 
     """`--upstream` strings plus `[[upstream]]` tables -> validated specs (flags first)."""
     from slogate.gateway.routing.upstreams import check_spec, parse_upstream
 
-    specs = [_check_spec_limits(parse_upstream(u), where=f"--upstream {u!r}") for u in upstreams]
+    specs = [parse_upstream(u) for u in upstreams]
     for i, table in enumerate(tables):
         where = f"[[upstream]] #{i + 1}"
         if isinstance(table, UpstreamSpec):
@@ -158,14 +152,6 @@ def specs_from(upstreams: Sequence[str], tables: Sequence[dict | UpstreamSpec]) 
                 spec = msgspec.convert(table, UpstreamSpec)
             except msgspec.ValidationError as exc:
                 raise UsageError(f"{where}: {exc}; keys: {', '.join(UpstreamSpec.__struct_fields__)}") from None
-        specs.append(_check_spec_limits(check_spec(spec, where=where), where=where))
+        specs.append(check_spec(spec, where=where))
     return specs
 
-
-def _check_spec_limits(spec: UpstreamSpec, *, where: str) -> UpstreamSpec:
-    """An upstream's own in-flight limits within MAX_LIMIT (check_spec has refused ones ≤ 0)."""
-    for key in ("max_inflight_requests", "max_inflight_tokens"):
-        value = getattr(spec, key)
-        if value is not None and value > MAX_LIMIT:
-            raise UsageError(f"{where}: {key} must be a positive integer, at most {MAX_LIMIT_TEXT}, got {value!r}")
-    return spec

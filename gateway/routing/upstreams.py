@@ -81,6 +81,12 @@ def _number(text: str, key: str, value: str, kind: type) -> float | int:
         raise UsageError(f"--upstream {text!r}: {key} must be a number, got {value!r}") from None
 
 
+# Largest in-flight limit: the shared slots of --workers (routing/shared_state.py) are signed 64-bit, and a
+# limit plus one request over it must still fit in them.
+MAX_LIMIT = 1 << 62
+MAX_LIMIT_TEXT = f"2**62 ({MAX_LIMIT})"
+
+
 def check_spec(spec: UpstreamSpec, *, where: str) -> UpstreamSpec:
     """Validate one spec; UsageError names `where` and the bad field."""
     if not spec.url.startswith(("http://", "https://")) or not spec.url.split("://", 1)[1]:
@@ -92,8 +98,8 @@ def check_spec(spec: UpstreamSpec, *, where: str) -> UpstreamSpec:
         raise UsageError(f"{where}: weight must be a positive number, got {spec.weight!r}")
     for key in ("max_inflight_requests", "max_inflight_tokens"):
         value = getattr(spec, key)
-        if value is not None and value <= 0:
-            raise UsageError(f"{where}: {key} must be a positive integer, got {value!r}")
+        if value is not None and not 0 < value <= MAX_LIMIT:
+            raise UsageError(f"{where}: {key} must be a positive integer, at most {MAX_LIMIT_TEXT}, got {value!r}")
     return spec
 
 
