@@ -83,9 +83,9 @@ def load_run(path: str | Path, *, name: str | None = None, with_records: bool = 
     p = Path(path)
     directory = p if p.is_dir() else p.parent
     results_file = p / "results.json" if p.is_dir() else p
-    if not results_file.is_file() or (p.is_file() and p.name.endswith(".jsonl.zst")):
-        if _is_trace(p):
-            return load_capture(p, name=name, with_records=with_records)
+    if _is_trace(p):
+        return load_capture(p, name=name, with_records=with_records)
+    if not results_file.is_file():
         raise ReportError(f"{results_file}: missing (run `slogate replay … --out {directory}` first)")
     results = _load(results_io.load, results_file, "results.json")
     label = name or (directory.name if results_file.name == "results.json" else results_file.stem)
@@ -102,9 +102,10 @@ def load_run(path: str | Path, *, name: str | None = None, with_records: bool = 
 
 
 def _is_trace(p: Path) -> bool:
-    """A slogate trace: a gateway capture directory (its .jsonl.zst segments) or one .jsonl.zst file."""
+    """A slogate trace: one .jsonl.zst file, or a gateway capture directory (its .jsonl.zst segments and no
+    results.json: a run directory holds its requests file too)."""
     if p.is_dir():
-        return any(q.name.endswith(".jsonl.zst") for q in p.iterdir())
+        return not (p / "results.json").is_file() and any(q.name.endswith(".jsonl.zst") for q in p.iterdir())
     return p.name.endswith(".jsonl.zst")
 
 

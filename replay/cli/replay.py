@@ -375,13 +375,14 @@ def plan(ns: argparse.Namespace, *, command: list[str]) -> tuple[wl.Workload, Re
         raise UsageError(str(exc)) from None
     if ns.cost_per_hour is not None and not 0 <= ns.cost_per_hour < math.inf:
         raise UsageError(f"bad --cost-per-hour {ns.cost_per_hour!r}: USD per hour of the setup, ≥ 0 (e.g. 2.5)")
-    if not seconds(ns.timeout, "--timeout") > 0:
+    timeout_s = seconds(ns.timeout, "--timeout")
+    if not timeout_s > 0:
         raise UsageError(f"bad --timeout {ns.timeout}: must be > 0 (e.g. 600s)")
     out = Path(ns.out or time.strftime("slogate-replay-%Y%m%d-%H%M%S"))
     output_dir(out)  # before any request is sent
     options = ReplayOptions(
         target=ns.target, model=ns.model, endpoint=ns.endpoint, stream=not ns.no_stream,
-        headers=pairs(ns.header, ":", "--header"), api_key=ns.api_key, timeout_s=seconds(ns.timeout, "--timeout"),
+        headers=pairs(ns.header, ":", "--header"), api_key=ns.api_key, timeout_s=timeout_s,
         retries=ns.retries, retry_backoff_s=seconds(ns.retry_backoff, "--retry-backoff"), force_output=ns.force_output,
         tokenizer=ns.tokenizer, workers=ns.workers, virtual=ns.virtual, slos=slos, cost_per_hour=ns.cost_per_hour,
         lag_bound_s=seconds(ns.lag_bound, "--lag-bound"), seed=ns.seed, labels=pairs(ns.label, "=", "--label"),

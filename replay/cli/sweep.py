@@ -158,8 +158,9 @@ def run_grid(args: argparse.Namespace, replay_args: list[str], *, mode: str, fla
             continue
         port = serve_cmd.free_port()
         argv_srv = serve_cmd.render(args.serve_cmd, {"port": str(port), **values})
-        shown = shlex.join(redact(argv_srv))  # what grid.json and the runs' labels record
-        row: dict[str, object] = {"dir": name, "grid": values, "command": redact(argv_srv), "status": "ok"}
+        recorded = redact(argv_srv)  # what grid.json, the console and the runs' labels show
+        shown = shlex.join(recorded)
+        row: dict[str, object] = {"dir": name, "grid": values, "command": recorded, "status": "ok"}
         (out / name).mkdir(parents=True, exist_ok=True)
         print(f"sweep: {name}: starting {shown}", flush=True)
         try:
