@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -19,6 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from slogate.replay.child_process import group_options, stop_group
 from slogate.replay.interrupt import held_then_raised
 from slogate.traces.usage import UsageError
 
@@ -31,12 +30,6 @@ class ServerFailed(Exception):
     def __init__(self, message: str, tail: str) -> None:
         super().__init__(message)
         self.tail = tail
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def render(template: str, values: dict[str, str]) -> list[str]:
@@ -65,11 +58,11 @@ def _ready(url: str) -> bool:
 
 @contextlib.contextmanager
 def serve(argv: list[str], port: int, log: Path, *, ready_timeout_s: float = 60.0) -> Iterator[str]:
-    """Run `argv` (its own process group), yield its base URL once ready; always stop it."""
+    """Run `argv` (its own process group, SIGTERM if we die), yield its base URL once ready; always stop it."""
     url = f"http://127.0.0.1:{port}"
     with open(log, "wb") as out:
         try:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, **group_options(),  # type: ignore[call-overload]
                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
         except OSError as exc:
             raise ServerFailed(f"cannot start {argv[0]!r}: {exc.strerror}", "") from None
@@ -89,18 +82,5 @@ def serve(argv: list[str], port: int, log: Path, *, ready_timeout_s: float = 60.
 def stop(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM the process group, SIGKILL it after the grace. A Ctrl-C or SIGTERM meanwhile is held
     until the server is gone (then raised), so a second one cannot leave it running."""
-    if proc.poll() is not None:
-        return
     with held_then_raised():
-        _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(5)
+        stop_group(proc, STOP_GRACE_S)

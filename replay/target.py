@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import msgspec
 
+from slogate.replay.child_process import free_port, group_options, stop_group
 from slogate.traces.usage import UsageError
 
 
@@ -98,23 +98,20 @@ def sim_config(opts: dict[str, str]):
         raise UsageError(f"bad sim option in --target: {sorted(opts)} (see slogate sim --help)") from None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.asynccontextmanager
 async def start_sim(opts: dict[str, str], *, timeout: float = 30.0) -> AsyncIterator[str]:
     """Run `slogate sim` in a child process on a free port; yields its URL; always stops it.
 
     Waits on the event loop without blocking it, so a Ctrl-C while the sim starts is handled at once.
     """
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-c", "import sys; from slogate.cli import main; sys.exit(main())", "sim", "--port", str(port),
            *sim_args(opts)]
     log = tempfile.NamedTemporaryFile(prefix="slogate-sim-", suffix=".log", delete=False)  # noqa: SIM115
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    # its own process group: a terminal's Ctrl-C reaches the replay alone, which drains the requests in
+    # flight (the sim must keep serving them) and then stops the sim here
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            **group_options())  # type: ignore[call-overload]
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
@@ -134,20 +131,10 @@ async def start_sim(opts: dict[str, str], *, timeout: float = 30.0) -> AsyncIter
             break
         yield url
     finally:
-        _stop(proc)  # at teardown: the run is over, a short blocking wait is fine
+        stop_group(proc, 10.0)  # at teardown: the run is over, a short blocking wait is fine
         log.close()
         with contextlib.suppress(OSError):
             os.unlink(log.name)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 def _reach_error(url: str, exc: BaseException) -> UsageError:

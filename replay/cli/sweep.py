@@ -22,6 +22,7 @@ from pathlib import Path
 
 from slogate.replay import serve_cmd
 from slogate.replay import sweep as sweep_io
+from slogate.replay.child_process import free_port
 from slogate.replay.cli import replay as replay_cli
 from slogate.replay.cli.args import output_dir
 from slogate.replay.interrupt import interrupt_status, signals_as_interrupt
@@ -156,7 +157,7 @@ def run_grid(args: argparse.Namespace, replay_args: list[str], *, mode: str, fla
             print(f"sweep: {name}: done before, skipped (--resume)", flush=True)
             rows.append(previous[name])
             continue
-        port = serve_cmd.free_port()
+        port = free_port()
         argv_srv = serve_cmd.render(args.serve_cmd, {"port": str(port), **values})
         recorded = redact(argv_srv)  # what grid.json, the console and the runs' labels show
         shown = shlex.join(recorded)

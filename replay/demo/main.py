@@ -13,8 +13,9 @@ from pathlib import Path
 
 import msgspec
 
+from slogate.replay.child_process import free_port
 from slogate.replay.demo.live import Display, fetch_status, status_line, watch_replay
-from slogate.replay.demo.procs import Children, free_port, wait_ready
+from slogate.replay.demo.procs import Children, wait_ready
 from slogate.replay.demo.steps import (
     Run,
     Setup,

@@ -6,11 +6,6 @@ SIGTERM if the demo dies; `Children` stops every group it started, always, even 
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,22 +14,11 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from slogate.replay.child_process import group_options, stop_group
 from slogate.replay.interrupt import held_then_raised
 from slogate.traces.usage import UsageError
 
 SLOGATE = [sys.executable, "-m", "slogate"]
-PR_SET_PDEATHSIG = 1
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class Child:
@@ -60,18 +44,9 @@ class Child:
 
     def stop(self, grace_s: float) -> int | None:
         """SIGTERM to the group, wait up to `grace_s`, then SIGKILL whatever of the group is left."""
-        if self.stopped:
-            return self.proc.returncode
-        self.stopped = True
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(grace_s)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)  # stragglers: worker processes, a hung leader
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(5)
+        if not self.stopped:
+            self.stopped = True
+            stop_group(self.proc, grace_s)
         return self.proc.returncode
 
 
@@ -93,7 +68,7 @@ class Children:
         log = self.log_dir / f"{name}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen([*SLOGATE, *args], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    process_group=0, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                                    **group_options())  # type: ignore[call-overload]
         child = Child(name, proc, log)
         self.started.append(child)
         return child

@@ -58,6 +58,33 @@ def wait_in_flight(url: str, proc: subprocess.Popen[str], n: int, timeout_s: flo
         time.sleep(0.1)
 
 
+def sim_child(proc: subprocess.Popen[str], timeout_s: float = 20.0) -> tuple[int, str]:
+    """(pid, URL) of the sim a `--target sim:…` replay started, once the child exists (it may not
+    listen yet)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ps = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--ppid", str(proc.pid)], capture_output=True, text=True).stdout
+        for row in ps.splitlines():
+            if " sim " in row and (m := re.search(r"--port (\d+)", row)):
+                return int(row.split()[0]), f"http://127.0.0.1:{m[1]}"
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the replay started no sim"
+        time.sleep(0.05)
+
+
+def is_listening(url: str) -> bool:
+    try:
+        urllib.request.urlopen(f"{url}/v1/models", timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+def pid_alive(pid: int) -> bool:
+    ps = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
+    return bool(ps) and ps[0] != "Z"
+
+
 def group_alive(pgid: int) -> list[str]:
     ps = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-g", str(pgid)], capture_output=True, text=True).stdout
     return [row for row in ps.splitlines() if row.split()[1][0] != "Z"]
@@ -170,11 +197,36 @@ def test_sigint_while_the_sim_target_starts_stops_it_at_once(tmp_path: Path) -> 
     was sent, nothing is written, exit 130, and the sim child is gone too."""
     out = tmp_path / "run"
     proc = replay("sim:h100-sxm/llama-3-8b?timing=constant&ttft_ms=20&itl_ms=20", out)
-    time.sleep(0.3)  # the sim child exists but is still importing: well before it listens
+    sim_pid, _ = sim_child(proc)  # the sim child exists but is still importing: well before it listens
     assert proc.poll() is None
     os.killpg(proc.pid, signal.SIGINT)
     status, err, took = finish(proc, 15)
     assert status == 130, err
     assert took < 3, f"took {took:.1f}s to stop"
     assert not out.exists() or not any(out.iterdir())
+    assert_group_gone(proc.pid)
+    assert not pid_alive(sim_pid)
+
+
+@pytest.mark.slow  # over ~2 s: outside the fast tier (-m "not slow")
+def test_ctrl_c_reaches_the_replay_not_its_sim_target(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C goes to the replay's whole process group. The `--target sim:…` child leads a
+    group of its own, so it keeps serving the requests in flight while the replay drains them (it died
+    with the same SIGINT before: half the requests in flight failed with a stream error), and the
+    replay stops it afterwards."""
+    out = tmp_path / "run"
+    proc = replay("sim:h100-sxm/llama-3-8b?timing=constant&ttft_ms=20&itl_ms=20", out, "--drain-timeout", "10s")
+    sim_pid, url = sim_child(proc)
+    deadline = time.monotonic() + 20
+    while not is_listening(url):
+        assert proc.poll() is None and time.monotonic() < deadline, "the sim never listened"
+        time.sleep(0.05)
+    wait_in_flight(url, proc, 12)
+    os.killpg(proc.pid, signal.SIGINT)
+    status, err, _ = finish(proc, 20)
+    assert status == 130, err
+    s, records = check_outputs(out, planned=int(RATE * DURATION_S))
+    assert s.sent_requests >= 12 and s.failed == 0 and s.cancelled_requests == 0, s
+    assert all(r.error is None and r.output_tokens == OUTPUT_TOKENS for r in records)
+    assert not pid_alive(sim_pid)
     assert_group_gone(proc.pid)

@@ -115,3 +115,33 @@ def test_a_signal_while_the_server_starts_stops_it(tmp_path: Path, sig: int, sta
             proc.kill()
         if server and running(server):
             os.kill(server, signal.SIGKILL)
+
+
+def test_a_killed_sweep_takes_its_server_with_it(tmp_path: Path) -> None:
+    """`kill -9` of the sweep runs no handler; the server still gets SIGTERM (the parent-death signal
+    it was started with) instead of holding the GPU in its own process group forever."""
+    trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=1)
+    (tmp_path / "server.py").write_text(SLOW_SERVER)
+    pid_file = tmp_path / "server.pid"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slogate", "sweep", str(trace), "--slo", "ttft=0.1", "--rates", "5",
+         "--out", str(tmp_path / "o"), "--serve-cmd", f"{sys.executable} {tmp_path / 'server.py'} {pid_file}",
+         "--ready-timeout", "100"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = 0
+    try:
+        deadline = time.monotonic() + 30
+        while not server and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+            server = int(pid_file.read_text() or 0) if pid_file.exists() else 0
+        assert server and running(server)
+        proc.kill()
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while running(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not running(server)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if server and running(server):
+            os.kill(server, signal.SIGKILL)
