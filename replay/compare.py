@@ -16,7 +16,7 @@ import msgspec
 
 from slogate.replay.measure import offered_rate
 from slogate.replay.results import Environment, Results, load
-from slogate.replay.significance import PER_REQUEST, bootstrap_deltas, significant
+from slogate.replay.significance import PER_REQUEST, STATS, bootstrap_deltas, significant
 from slogate.traces.metrics import Summary
 from slogate.traces.record import RequestRecord
 from slogate.traces.segments import TraceError
@@ -25,6 +25,7 @@ from slogate.traces.summary import RunSummary, run_window, summarize
 
 SUMMARY_STATS = tuple(f.name for f in msgspec.structs.fields(Summary))  # count, mean, p50, …, max
 TABLE_STATS = ("p50", "p90", "p99", "max", "mean")  # the stats the side-by-side table shows
+BOUND_TOLERANCE = 1e-9  # a --fail-if change this close (relatively) to its bound counts as equal to it
 # Which way is better, for colouring deltas: larger for these, no verdict for the NEUTRAL ones
 # (they describe the run's setup), smaller for everything else (latencies, failures, drift, cost).
 HIGHER_IS_BETTER = ("request_rate_rps", "output_tokens_per_s", "total_tokens_per_s", "samples_per_s",
@@ -320,8 +321,17 @@ def parse_bound(text: str, known: Sequence[str], *, repeats: bool = False) -> Bo
         close = [k for k in known if k.split(".")[0] == metric.split(".")[0]][:8]
         hint = f"; did you mean one of: {', '.join(close)}" if close else f"; known metrics include {', '.join(list(known)[:12])}, …"
         raise CompareError(f"bad --fail-if {text!r}: unknown metric {metric!r}{hint}")
+    if unit == "%" and not sign:
+        raise CompareError(f"bad --fail-if {text!r}: a percentage is a change against the baseline and needs its "
+                           f"sign ('{metric}{m['op']}+{m['num']}%' or '{metric}{m['op']}-{m['num']}%'); for the value "
+                           f"itself write a plain number ('{metric}{m['op']}{float(m['num']) / 100:g}')")
     value = float(m["num"]) * (-1.0 if sign == "-" else 1.0)
     sig = bool(m["sig"])
+    stat = metric.rsplit(".", 1)[-1]
+    if sig and not repeats and metric.split(".")[0] in PER_REQUEST and stat not in STATS:
+        raise CompareError(f"bad --fail-if {text!r}: '!' needs a percentile or the mean ({', '.join(STATS)}): the "
+                           f"bootstrap gives {stat!r} no interval; e.g. '{metric.rsplit('.', 1)[0]}.p99_9"
+                           f"{m['op']}{m['sign'] or ''}{m['num']}{unit or ''}!', or --repeat N")
     if sig and ((metric.split(".")[0] not in PER_REQUEST and not repeats) or not (unit == "%" or sign)):
         raise CompareError(f"bad --fail-if {text!r}: '!' (significance) needs a change ('+10%', '+20ms') of a "
                            f"per-request latency ({', '.join(PER_REQUEST)}), e.g. 'ttft_s.p99>+10%!', or "
@@ -364,7 +374,7 @@ def check(bounds: Sequence[Bound], sides: Sequence[Side],
             measured = {"relative": relative, "absolute": absolute, "value": value}[bound.mode]
             if measured is None:
                 out.append(Violation(bound.text, side.name, bound.metric, None, bound.mode,
-                                     f"{side.name}: {bound.metric} has no value to check {bound.text!r} against"))
+                                     _no_value(bound, side.name, sides[0].name, value)))
             elif _holds(measured, bound.op, bound.value):
                 if bound.significant:
                     ci = (cis[i] or {}).get(bound.metric) if cis is not None else None
@@ -381,7 +391,18 @@ def check(bounds: Sequence[Bound], sides: Sequence[Side],
 
 
 def _holds(x: float, op: str, bound: float) -> bool:
+    """`x op bound`, where a change equal to the bound up to float rounding is equal: 3 → 1.8 is −40 %
+    even though (1.8 − 3) / 3 is −0.39999999999999997 ('<=-40%' breaks, '<-40%' holds)."""
+    if math.isclose(x, bound, rel_tol=BOUND_TOLERANCE, abs_tol=1e-12):
+        x = bound
     return {"<": x < bound, "<=": x <= bound, ">": x > bound, ">=": x >= bound}[op]
+
+
+def _no_value(bound: Bound, side: str, baseline: str, value: float | None) -> str:
+    """Why a bound had nothing to check: the side's own value is missing, or (a change) the baseline's."""
+    if value is not None and bound.mode != "value":
+        return f"{side}: the baseline {baseline} has no {bound.metric} to check the change {bound.text!r} against"
+    return f"{side}: {bound.metric} has no value to check {bound.text!r} against"
 
 
 def _describe(bound: Bound, measured: float, value: float | None) -> str:
@@ -408,6 +429,8 @@ def mismatches(sides: Sequence[Side]) -> list[str]:
     digests = {s.name: s.results.environment.trace_digest for s in runs if s.kind == "run"}
     if len({d for d in digests.values() if d}) > 1:
         out.append("the runs replayed different traces (trace_digest differs): their load was not the same")
+    else:
+        out += _workload_mismatch([s for s in runs if s.kind == "run"])
     # A replay keeps the chunk times its in-window throughput needs (those of requests crossing the window's
     # end); a capture has them only with --trace-chunk-times.
     bare = [s.name for s in runs if s.kind == "trace" and s.records and not any(r.chunk_times for r in s.records)]
@@ -416,6 +439,16 @@ def mismatches(sides: Sequence[Side]) -> list[str]:
                    "in-window throughput spreads each request's tokens evenly from TTFT to E2E where the replays "
                    "count every chunk at its time; under a changing load the two differ (by 10-20 % in an overload)")
     return out
+
+
+def _workload_mismatch(runs: Sequence[Side]) -> list[str]:
+    """Runs that offered different workloads (source and transforms: --rate, --speed, --window, --duration,
+    --max-requests, …): their rates, counts and latencies differ by the load, not only by the setup."""
+    shown = {s.name: " → ".join(s.results.environment.workload) for s in runs if s.results.environment.workload}
+    if len(shown) < 2 or len(set(shown.values())) < 2:
+        return []
+    return [f"the runs offered different workloads ({'; '.join(f'{n}: {w}' for n, w in shown.items())}): requests, "
+            "rates and latencies differ by the load, not only by the setup"]
 
 
 def comparison(sides: Sequence[Side], metrics: Sequence[str] | None = None,

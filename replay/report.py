@@ -25,13 +25,14 @@ from slogate.replay.plan import vs_sweep
 from slogate.replay.repeats import Repeated, noise
 from slogate.replay.report_conclusions import conclude
 from slogate.replay.report_model import ReportData, RunData, SweepData, flatten_sample
+from slogate.replay.significance import DEFAULT_RESAMPLES
 from slogate.replay.stability import Stability
 from slogate.traces.segments import TraceError
 
 PLOTS_HINT = "plots need matplotlib: pip install slogate[report]"
 MAX_TIMELINES = 6  # timelines drawn (one figure per run); more runs are listed, not drawn
 MAX_CI_RUNS = 6  # bootstrap CIs vs the first run for reports of at most this many runs
-CI_RESAMPLES = 200
+CI_RESAMPLES = DEFAULT_RESAMPLES  # compare's default: the report's intervals are `slogate compare`'s, to the digit
 
 
 class ReportError(ValueError):

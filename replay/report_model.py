@@ -126,11 +126,13 @@ def load_profile(records: list[RequestRecord]) -> LoadProfile:
         run_sum += c - (bins[i - window] if i >= window else 0)
         if i >= window - 1 and run_sum > best:
             best, best_i = run_sum, i - window + 1
-    span_of_peak = window if window == 60 else max(st.duration_s, 1e-9)
+    # shorter than a minute: the whole span is the busiest minute; arrivals all at one instant have no rate
+    span_of_peak = window if window == 60 else st.duration_s
     sessions = {r.session for r in recs if r.session}
     return LoadProfile(
         requests=st.requests, span_s=st.duration_s, mean_rps=st.mean_rps, interarrival_cv=st.interarrival_cv,
-        peak_minute_rps=best / span_of_peak if best >= 0 else None, peak_minute_start_s=float(best_i),
+        peak_minute_rps=best / span_of_peak if best >= 0 and span_of_peak > 0 else None,
+        peak_minute_start_s=float(best_i),
         arrivals_per_s=bins, input_tokens=[r.input_tokens for r in recs if r.input_tokens is not None],
         output_tokens=[r.output_tokens for r in recs if r.output_tokens is not None],
         input_p50=st.input_tokens.p50, input_p99=st.input_tokens.p99, output_p50=st.output_tokens.p50,

@@ -119,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     reps = None
     if args.repeat > 1:
         reps = [combine(g) for g in group(sides, args.repeat)]
+        name_by_parent(reps)
         sides = [r.side for r in reps]
         number_repeated_names(sides)
     cis = intervals(sides, seed=args.seed, resamples=args.resamples)
@@ -140,6 +141,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_noise(reps)
         print_checks(bounds, violations)
     return 1 if violations else 0
+
+
+def _run_dir(source: str) -> Path:
+    p = Path(source)
+    return p.parent if p.name == "results.json" else p
+
+
+def name_by_parent(reps: Sequence[Repeated]) -> None:
+    """Sides made of `replay --repeat N` directories (`runs/a/run-1 … runs/a/run-N`) are named after the
+    directory holding the repeats (`a`), as `slogate report runs/a runs/b` names them, instead of after
+    their first repeat (`run-1`, `run-1#2`): when each side's repeats share one parent and the parents differ."""
+    parents = []
+    for rep in reps:
+        dirs = {_run_dir(r.source).resolve().parent for r in rep.repeats}
+        if len(dirs) != 1:
+            return
+        parents.append(dirs.pop())
+    if len(set(parents)) != len(parents) or any(not parent.name for parent in parents):
+        return
+    for rep, parent in zip(reps, parents, strict=True):
+        rep.side.name = parent.name
 
 
 def load_sides(paths: Sequence[str], slo_specs: Sequence[str]) -> list[Side]:
