@@ -7,6 +7,8 @@ loads no replay or simulator code. Never imports a subcommand's module before it
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
 
 from slogate.traces.usage import UsageError
@@ -55,12 +57,28 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         raise
     try:
-        return int(module.main(rest) or 0)
+        try:
+            status = int(module.main(rest) or 0)
+        finally:  # also after --help's SystemExit: a reader that left is handled below, not in Python's exit
+            sys.stdout.flush()
+        return status
     except UsageError as exc:
         print(f"slogate {name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `slogate compare … | head`: the reader left; stop quietly, as `cat` does
+        _silence_stdout()
+        return 128 + signal.SIGPIPE
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so Python's flush at exit does not raise into a traceback again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (an in-process caller's capture)
+        pass
 
 if __name__ == "__main__":
     sys.exit(main())
