@@ -95,6 +95,7 @@ def merge_status(window: StatusWindow, parts: Sequence[WorkerStatus], now: float
         for pool, n in p.extras.get("routing", {}).get("queue_depth", {}).items():
             depth[pool] = depth.get(pool, 0) + n
     routing["queue_depth"] = depth
+    routing["upstreams"] = _sum_ejections(routing.get("upstreams", []), parts)
     doc["routing"] = routing
     traces = [p.extras.get("trace", {}) for p in parts]
     doc["trace"] = {"enabled": any(t.get("enabled") for t in traces),
@@ -102,3 +103,13 @@ def merge_status(window: StatusWindow, parts: Sequence[WorkerStatus], now: float
                     "dropped": sum(t.get("dropped", 0) for t in traces)}
     doc["event_loop_lag_s"] = max(p.extras.get("event_loop_lag_s") or 0.0 for p in parts)
     return doc
+
+
+def _sum_ejections(upstreams: list[dict], parts: Sequence[WorkerStatus]) -> list[dict]:
+    """The first worker's per-upstream routing status with `ejections` summed over the workers: each
+    worker counts the passive ejections it made (as `slogate_ejections_total`, which is summed)."""
+    total: dict[str, int] = {}
+    for p in parts:
+        for u in p.extras.get("routing", {}).get("upstreams", []):
+            total[u["name"]] = total.get(u["name"], 0) + u.get("ejections", 0)
+    return [{**u, "ejections": total.get(u["name"], u.get("ejections", 0))} for u in upstreams]

@@ -20,7 +20,7 @@ from slogate.gateway.errors import json_error
 from slogate.gateway.exchange import Exchange
 from slogate.gateway.http_server import ClientRequest
 from slogate.gateway.recorder import Recorder
-from slogate.gateway.routing.admission import Rejected, parse_priority, rejection_response
+from slogate.gateway.routing.admission import Closed, Rejected, parse_priority, rejection_response
 from slogate.gateway.routing.router import Router
 from slogate.gateway.timeouts import Deadlines, Watchdog, limits_ns
 from slogate.traces.observer import StreamObserver
@@ -79,6 +79,9 @@ class Relay:
         except Rejected as rejected:
             self._record_unsent(t0, info, 429, "rejected", rejected.pool, rejected.queue_s)  # why: in the body
             return request.conn.reply(rejection_response(rejected))
+        except Closed as closed:  # the shutdown deadline passed while it waited
+            self._record_unsent(t0, info, 503, "shutdown", closed.pool, closed.queue_s)
+            return request.conn.reply(json_error("shutdown"))
         except asyncio.CancelledError:  # the client hung up while queued: record it, then unwind
             self._record_unsent(t0, info, 499, "shutdown" if self.stopping else "client_disconnect",
                                 route.pool, route.queue_s)
@@ -99,10 +102,11 @@ class Relay:
         assemble.hand_off(self.recorder, record, None)
 
     def expire_all(self, reason: str = "shutdown") -> int:
-        """End every request in flight (JSON error before the first byte, error event + [DONE] after)."""
+        """End every request in flight (JSON error before the first byte, error event + [DONE] after),
+        and every one still waiting for admission (503 `shutdown`)."""
         for wd in list(self.active):
             wd.expire(reason)
-        return len(self.active)
+        return len(self.active) + self.router.close_admission()
 
     def _too_large(self, request: ClientRequest, t0: int, path: str, measured: bool, length: int) -> None:
         detail = f"limit {self.max_body} bytes" + (f", got {length}" if length >= 0 else "")

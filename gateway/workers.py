@@ -56,6 +56,7 @@ class Worker:
         self.socket = ""
         self.last_metrics: list[Metric] = []  # its latest exposition, kept in the totals when it dies
         self.last_status: WorkerStatus | None = None  # its rows as of the last /slogate/status, kept likewise
+        self.deaths = 0  # +1 when its process is reaped: an answer asked before then is not the live one's
 
 
 class Supervisor:
@@ -107,8 +108,10 @@ class Supervisor:
             rc = await w.proc.wait()
             if self.stopping:
                 return
-            lost = self.shared.worker_inflight(w.index)
+            # its streams and its queued requests: both clients' connections broke with it
+            lost = self.shared.worker_inflight(w.index) + self.shared.worker_queued(w.index)
             self.shared.clear_worker(w.index)
+            w.deaths += 1
             self.retired = merge_metrics([self.retired, cumulative(w.last_metrics)])
             w.last_metrics = []
             if w.last_status is not None:
@@ -170,14 +173,25 @@ class Supervisor:
         answers = await asyncio.gather(*(self._ask(w, path) for w in self.workers))
         return [a for a in answers if a is not None]
 
+    async def _ask_each(self, path: str) -> list[bytes | None]:
+        """Every worker's 200 answer to `path`, None for one that did not answer, or died (was reaped)
+        meanwhile: its last answer was moved to the retired totals, this one must not count again."""
+        deaths = [w.deaths for w in self.workers]
+        answers = await asyncio.gather(*(self._ask(w, path) for w in self.workers))
+        return [a[1] if a is not None and a[0] == 200 and w.deaths == d else None
+                for w, a, d in zip(self.workers, answers, deaths, strict=True)]
+
     async def refresh(self) -> list[list[Metric]]:
-        """Every live worker's exposition, parsed; each also kept as that worker's last one."""
-        answers = await asyncio.gather(*(self._ask(w, "/metrics") for w in self.workers))
+        """Every worker's exposition: a fresh one from each that answers (kept as its last one); the last
+        one's counters and histograms for one that does not (dead but not yet reaped, stopped, slow),
+        so a total never goes down (Prometheus would read that as a counter reset)."""
         out = []
-        for w, answer in zip(self.workers, answers, strict=True):
-            if answer is not None and answer[0] == 200:
-                w.last_metrics = parse(answer[1].decode())
+        for w, answer in zip(self.workers, await self._ask_each("/metrics"), strict=True):
+            if answer is not None:
+                w.last_metrics = parse(answer.decode())
                 out.append(w.last_metrics)
+            elif w.last_metrics:
+                out.append(cumulative(w.last_metrics))
         return out
 
     async def keep_refreshed(self) -> None:
@@ -187,7 +201,8 @@ class Supervisor:
             await self.refresh()
 
     async def metrics(self, request: BaseRequest) -> web.Response:
-        families = merge_metrics([self.retired, *await self.refresh()]) + self._own_families()
+        workers = await self.refresh()  # first: a worker reaped meanwhile is in self.retired after it
+        families = merge_metrics([self.retired, *workers]) + self._own_families()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Families(families))
         return web.Response(body=generate_latest(registry), headers={"Content-Type": METRICS_CONTENT_TYPE})
@@ -198,21 +213,25 @@ class Supervisor:
         restarts = CounterMetricFamily("slogate_worker_restarts", "Worker processes that died and were replaced.")
         restarts.add_metric([], self.restarts)
         lost = CounterMetricFamily("slogate_worker_lost_requests",
-                                   "Requests in flight in a worker process when it died (their streams broke).")
+                                   "Requests in flight (streaming or queued for admission) in a worker process "
+                                   "when it died (their connections broke).")
         lost.add_metric([], self.lost_streams)
         return [alive, restarts, lost]
 
     async def status(self, request: BaseRequest) -> web.Response:
-        answers = await asyncio.gather(*(self._ask(w, WORKER_STATUS_PATH) for w in self.workers))
         parts: list[WorkerStatus] = []
-        for w, answer in zip(self.workers, answers, strict=True):
-            if answer is not None and answer[0] == 200:
-                w.last_status = decode_worker_status(answer[1])
+        silent: list[WorkerStatus] = []  # the last rows of workers that did not answer (kept, as for /metrics)
+        for w, answer in zip(self.workers, await self._ask_each(WORKER_STATUS_PATH), strict=True):
+            if answer is not None:
+                w.last_status = decode_worker_status(answer)
                 parts.append(w.last_status)
+            elif w.last_status is not None:
+                silent.append(w.last_status)
         now = self.window.now()
         horizon = now - WINDOWS[-1][1]
         self.retired_rows = [r for r in self.retired_rows if r.finished >= horizon]
-        retired = WorkerStatus(self.retired_requests, self.retired_rows, {})
+        retired = WorkerStatus(self.retired_requests + sum(p.requests_total for p in silent),
+                               self.retired_rows + [r for p in silent for r in p.rows], {})
         doc = await asyncio.to_thread(merge_status, self.window, parts, now, retired)
         doc["workers"] = {"configured": self.n, "answering": len(parts), "restarts": self.restarts,
                           "lost_requests": self.lost_streams,

@@ -29,6 +29,16 @@ class Rejected(Exception):
         self.queue_s = queue_s
 
 
+class Closed(Exception):
+    """The gateway's shutdown deadline passed while the request waited (or before it asked): no
+    upstream is chosen any more; the caller answers 503 `shutdown` (gateway.errors)."""
+
+    def __init__(self, pool: str, queue_s: float) -> None:
+        super().__init__("shutdown")
+        self.pool = pool
+        self.queue_s = queue_s
+
+
 class AdmissionQueue:
     """Waiters of one group: a heap of (-priority, seq, push, future). A waiter that waits again
     (a timed re-check) keeps its seq, so its place; `push` keeps the entries distinct."""
@@ -64,6 +74,13 @@ class AdmissionQueue:
                 fut.cancel()
                 self.depth -= 1
         return not fut.cancelled()
+
+    def wake_all(self) -> int:
+        """Let every live waiter try again (the shutdown deadline); how many there were."""
+        n = 0
+        while self.wake():
+            n += 1
+        return n
 
     def full(self) -> bool:
         return self.depth >= self.max_size

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from slogate.gateway.routing import health
-from slogate.gateway.routing.admission import AdmissionQueue, Rejected, retry_after
+from slogate.gateway.routing.admission import AdmissionQueue, Closed, Rejected, retry_after
 from slogate.gateway.routing.config import RoutingConfig
 from slogate.gateway.routing.metrics import RoutingCollector, RoutingMetrics, bump
 from slogate.gateway.routing.policies import Group, PrefixAffinity, make_policy, prefix_key
@@ -101,6 +101,7 @@ class Router:
         self._all = self._group(_ALL, None, self.states)
         self._tasks: list[asyncio.Task] = []
         self._session: aiohttp.ClientSession | None = None
+        self.closed = False  # the shutdown deadline passed: no more leases (close_admission)
         interval = cfg.health.interval
         self.health_interval = (5.0 if len(self.states) > 1 else 0.0) if interval is None else interval
 
@@ -197,7 +198,10 @@ class Router:
     async def acquire(self, req: RouteRequest) -> Lease:
         """A lease on an upstream, waiting in the group's admission queue when all are full.
 
-        Raises `Rejected` (answer 429) when the queue is full or the wait times out."""
+        Raises `Rejected` (answer 429) when the queue is full or the wait times out, `Closed`
+        (answer 503) once `close_admission()` was called."""
+        if self.closed:
+            raise Closed(req.pool, req.queue_s)
         queue = self._queues[req.group]
         if req.bypass or queue.depth == 0:  # never overtake requests already waiting
             with self._claim():
@@ -211,13 +215,17 @@ class Router:
         seq = queue.next_seq()
         while True:
             remaining = deadline - time.monotonic()
-            self._publish_depth()
+            self._publish_depth(joining=1)  # this request, about to wait (out of `depth` between waits)
             try:
                 woken = remaining > 0 and await queue.wait(req.priority, seq, min(remaining, self._recheck_s))
             except asyncio.CancelledError:  # the client went away: the caller records how long it waited
                 req.queue_s = time.monotonic() - t0
                 self._publish_depth()
                 raise
+            if self.closed:  # the shutdown deadline: nobody leaves the queue for an upstream any more
+                req.queue_s = time.monotonic() - t0
+                self._publish_depth()
+                raise Closed(req.pool, req.queue_s)
             if not woken and time.monotonic() >= deadline:
                 self._publish_depth()
                 raise self._reject(req, "queue_timeout", time.monotonic() - t0)
@@ -231,6 +239,13 @@ class Router:
                     queue.wake()  # there may be room for the next one too
                 self._publish_depth()
                 return lease
+
+    def close_admission(self) -> int:
+        """The shutdown deadline: every request waiting in an admission queue, and any later
+        `acquire()`, raises `Closed`; returns how many were waiting. (Without it, waiters would be
+        admitted after the deadline and cut mid-stream when the server drops its connections.)"""
+        self.closed = True
+        return sum(queue.wake_all() for queue in self._queues.values())
 
     def _reject(self, req: RouteRequest, reason: str, waited: float) -> Rejected:
         bump(self.metrics.rejections, (req.pool, reason))
@@ -274,10 +289,11 @@ class Router:
         bump(self.metrics.retries, (req.pool, outcome))
         return lease
 
-    def _publish_depth(self) -> None:
-        """--workers N: this worker's waiters, for the gateway-wide queue depth."""
+    def _publish_depth(self, joining: int = 0) -> None:
+        """--workers N: this worker's waiters (and `joining`, one about to wait again), for the
+        gateway-wide queue depth."""
         if self.shared is not None:
-            self.shared.set_queue_depth(sum(q.depth for q in self._queues.values()))
+            self.shared.set_queue_depth(sum(q.depth for q in self._queues.values()) + joining)
 
     # ---------------------------------------------------------------- reading
     def ready(self) -> bool:

@@ -82,6 +82,10 @@ class SharedRouting:
         lay = self.layout
         return sum(self.ints[lay.req + u * lay.n_workers + worker] for u in range(lay.n_upstreams))
 
+    def worker_queued(self, worker: int) -> int:
+        """Requests the worker had waiting in its admission queues (read after it died: lost too)."""
+        return self.ints[self.layout.queue + worker]
+
     def clear_worker(self, worker: int) -> None:
         """Zero a dead worker's slots before its replacement starts."""
         lay = self.layout
