@@ -46,11 +46,11 @@ def max_tokens_too_large(max_tokens: int, max_len: int, n_input: int) -> bytes:
 
 
 def usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:
-    u: dict[str, Any] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
-                         "completion_tokens": completion}
-    if cached is not None:
-        u["prompt_tokens_details"] = {"cached_tokens": cached}
-    return u
+    """vLLM's UsageInfo as a non-streaming body has it: `prompt_tokens_details` is null unless
+    --enable-prompt-tokens-details is on and some prompt tokens were cached (vLLM tests `num_cached_tokens`
+    for truth, so 0 cached tokens give null, not `{"cached_tokens": 0}`)."""
+    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+            "prompt_tokens_details": {"cached_tokens": cached} if cached else None}
 
 
 class ChunkCodec:
@@ -81,10 +81,13 @@ class ChunkCodec:
         return b'","logprobs":null,"finish_reason":"' + r + b'","stop_reason":null}]}\n\n'
 
     def usage_chunk(self, prompt: int, completion: int, cached: int | None = None) -> bytes:
+        """The usage-only chunk (vLLM dumps it with exclude_none: no `prompt_tokens_details` key when null)."""
         obj = "chat.completion.chunk" if self.chat else "text_completion"
+        use = usage(prompt, completion, cached)
+        if use["prompt_tokens_details"] is None:
+            del use["prompt_tokens_details"]
         return b"data: " + orjson.dumps({"id": self.id, "object": obj, "created": self.created,
-                                         "model": self.model, "choices": [],
-                                         "usage": usage(prompt, completion, cached)}) + b"\n\n"
+                                         "model": self.model, "choices": [], "usage": use}) + b"\n\n"
 
 
 def completion_body(kind: str, rid: str, created: int, model: str, text: str, reason: str,
@@ -102,9 +105,12 @@ def completion_body(kind: str, rid: str, created: int, model: str, text: str, re
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None,
                   "prompt_logprobs": None}
         obj = "text_completion"
-    return orjson.dumps({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice],
-                         "service_tier": None, "system_fingerprint": None, "usage": use,
-                         "prompt_logprobs": None, "kv_transfer_params": None})
+    body: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice],
+                            "service_tier": None, "system_fingerprint": None, "usage": use}
+    if kind == "chat":  # ChatCompletionResponse has it; CompletionResponse only per choice
+        body["prompt_logprobs"] = None
+    body["kv_transfer_params"] = None
+    return orjson.dumps(body)
 
 
 def embeddings_body(model: str, n_inputs: int, prompt_tokens: int, created: int, dim: int = 16) -> bytes:

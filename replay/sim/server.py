@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 import orjson
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from slogate.replay.sim import protocol, tokenizer
 from slogate.replay.sim.clock import RealClock
@@ -28,6 +28,7 @@ from slogate.replay.sim.stream import Sink
 
 SIM_VERSION = "0.11.0+slogate-sim"
 JSON = "application/json"
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # the text format, as vLLM's /metrics names it
 
 
 class ServerOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -59,6 +60,11 @@ def _json_error(body: bytes, status: int, headers: dict[str, str] | None = None)
 
 def _bad(message: str, param: str | None = None) -> web.Response:
     return _json_error(protocol.error_body(message, "BadRequestError", 400, param), 400)
+
+
+def _invalid(message: str) -> web.Response:
+    """What vLLM's handler of FastAPI's request validation errors answers (not FastAPI's 422)."""
+    return _json_error(protocol.error_body(message, "Bad Request", 400), 400)
 
 
 class _BadField(ValueError):
@@ -141,6 +147,9 @@ class Replica:
         r.add_post("/tokenize", self.tokenize)
         r.add_post("/detokenize", self.detokenize)
         r.add_get("/health", self.health)
+        r.add_get("/ping", self.health)  # SageMaker's health check, GET and POST as in vLLM
+        r.add_post("/ping", self.health)
+        r.add_get("/load", self.load)
         r.add_get("/version", self.version)
         r.add_get("/metrics", self.metrics)
         self._allowed: dict[str, str] = {}  # path -> its methods, for the 405s below
@@ -202,6 +211,10 @@ class Replica:
         down = self._unavailable()
         return web.Response(status=503) if down is not None else web.Response(status=200)
 
+    async def load(self, request: web.Request) -> web.Response:
+        """vLLM's `/load` as with `--enable-server-load-tracking`: LLM requests in flight."""
+        return web.Response(body=orjson.dumps({"server_load": len(self.inflight)}), content_type=JSON)
+
     async def version(self, request: web.Request) -> web.Response:
         return web.Response(body=orjson.dumps({"version": SIM_VERSION}), content_type=JSON)
 
@@ -210,15 +223,15 @@ class Replica:
                             content_type=JSON)
 
     async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=render(self.registry), content_type="text/plain", charset="utf-8")
+        return web.Response(body=render(self.registry), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     async def _body(self, request: web.Request) -> dict[str, Any] | web.Response:
         try:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError as exc:
-            return _bad(f"Invalid JSON body: {exc}")
+            return _invalid(f"Invalid JSON body: {exc}")
         if not isinstance(body, dict):
-            return _bad("The request body must be a JSON object.")
+            return _invalid("The request body must be a JSON object.")
         model = body.get("model")
         if model is not None and model != self.model_name:
             return _json_error(protocol.model_not_found(str(model)), 404)
@@ -320,14 +333,19 @@ class Replica:
         ps = self._prompt_pieces(body)
         if isinstance(ps, web.Response):
             return ps
+        if not ps:  # "" (the built-in tokenizer adds no BOS token)
+            return _bad("The decoder prompt cannot be empty.", "prompt")
         try:
             n = _lax_int(body, "n", 1) or 0  # (never None: the default is 1)
             mt = _lax_int(body, "max_completion_tokens", None) if kind == "chat" else None
-            if mt is None:
-                mt = _lax_int(body, "max_tokens", None if kind == "chat" else 16)
+            if mt is None:  # completions: 16 when absent, what is left of the context when null (as vLLM)
+                mt = _lax_int(body, "max_tokens", None if kind == "chat" or "max_tokens" in body else 16)
             min_tokens = _lax_int(body, "min_tokens", 0) or 0
             stream = _lax_bool(body, "stream")
             ignore_eos = _lax_bool(body, "ignore_eos")
+            so = body.get("stream_options")
+            # vLLM's StreamOptions.include_usage defaults to true: `"stream_options": {}` asks for usage
+            include_usage = isinstance(so, dict) and ("include_usage" not in so or _lax_bool(so, "include_usage"))
         except _BadField as bad:
             return _bad(str(bad), bad.param)
         if n < 1:
@@ -340,11 +358,9 @@ class Replica:
             return _bad(f"min_tokens must be greater than or equal to 0, got {min_tokens}.", "min_tokens")
         if mt is not None and min_tokens > mt:
             return _bad(f"min_tokens must be less than or equal to max_tokens={mt}, got {min_tokens}.", "min_tokens")
-        so = body.get("stream_options")
         if so is not None and not stream:
             return _bad("Stream options can only be defined when `stream=True`.", "stream_options")
-        return Request(kind=kind, pieces=ps, stream=stream,
-                       include_usage=bool(so.get("include_usage")) if isinstance(so, dict) else False,
+        return Request(kind=kind, pieces=ps, stream=stream, include_usage=include_usage,
                        max_tokens=mt, min_tokens=min_tokens, ignore_eos=ignore_eos)
 
     def _length(self, r: Request, n_prompt: int) -> tuple[int, str]:
@@ -381,11 +397,16 @@ class Replica:
                     fault=fault, include_usage=r.include_usage, word0=self.rng.randrange(len(tokenizer.WORDS)),
                     abort=self.engine.abort, report_cached=self.opts.enable_prompt_tokens_details,
                     max_tokens=r.max_tokens if r.max_tokens is not None else self.max_len - n_prompt)
+        sink.conn = request.transport
         resp: web.StreamResponse | None = None
         if r.stream:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                                "Cache-Control": "no-cache"})
-            resp.enable_chunked_encoding()
+            if request.version >= HttpVersion11:
+                resp.enable_chunked_encoding()
+            else:  # HTTP/1.0 has no chunked encoding: the stream ends when the connection closes,
+                sink.chunked = False  # also for a client that asked to keep it alive
+                resp.force_close()
             await resp.prepare(request)
             sink.transport = request.transport
         self._uid += 1
@@ -405,6 +426,8 @@ class Replica:
         if resp is None:
             if isinstance(outcome, tuple):
                 return _json_error(outcome[1], outcome[0])
+            if not isinstance(outcome, bytes):  # "reset": the connection is gone, nothing is sent
+                return web.Response(status=500)
             return web.Response(body=outcome, content_type=JSON)
         if outcome in ("ok", "error"):
             await resp.write_eof()

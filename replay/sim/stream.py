@@ -33,8 +33,9 @@ def frame(data: bytes) -> bytes:
 class Sink:
     """Token events of one request → bytes on its connection (stream) or one body (non-stream)."""
 
-    __slots__ = ("abort", "arrival", "cached", "codec", "done", "fault", "first", "held", "include_usage", "kind",
-                 "last", "max_tokens", "n", "prompt_tokens", "reason", "req", "sent", "stats", "transport", "word0")
+    __slots__ = ("abort", "arrival", "cached", "chunked", "codec", "conn", "done", "fault", "first", "held",
+                 "include_usage", "kind", "last", "max_tokens", "n", "prompt_tokens", "reason", "req", "sent", "stats",
+                 "transport", "word0")
 
     def __init__(self, *, kind: str, codec: protocol.ChunkCodec, n: int, reason: str, prompt_tokens: int,
                  stats: ServerStats, fault: RequestFault | None, include_usage: bool, word0: int,
@@ -52,6 +53,8 @@ class Sink:
         self.abort = abort
         self.cached: int | None = 0 if report_cached else None
         self.transport: Any = None  # set for streams once headers are sent
+        self.conn: Any = None  # the request's connection, streaming or not (a reset fault aborts it)
+        self.chunked = True  # HTTP/1.1 chunked framing; False for HTTP/1.0 (the body ends when the connection closes)
         self.req: SimReq | None = None
         self.done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.sent = 0
@@ -75,6 +78,8 @@ class Sink:
             st.itl.observe(t - self.last)
         self.last = t
         if self.transport is None:
+            if self.fault is not None:
+                self._body_fault(k)
             return
         if self.fault is not None and self._fault(k, t):
             return
@@ -95,7 +100,7 @@ class Sink:
         if tr.is_closing():
             self._gone()
             return
-        tr.write(b"%x\r\n%b\r\n" % (len(data), data))
+        tr.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
         lag = time.perf_counter() - t
         if lag < 0.0:
             lag = -lag
@@ -124,8 +129,13 @@ class Sink:
         if self.transport is None:
             use = protocol.usage(self.prompt_tokens, self.n, self._cached())
             text = output_text(self.word0, self.n)
-            self.done.set_result(protocol.completion_body(self.kind, self.codec.id, self.codec.created,
-                                                          self.codec.model, text, self.reason, use))
+            body = protocol.completion_body(self.kind, self.codec.id, self.codec.created, self.codec.model, text,
+                                            self.reason, use)
+            f = self.fault
+            if f is not None and f.stall_after is not None and f.stall_after < self.n and f.stall_ms > 0:
+                asyncio.get_running_loop().call_later(f.stall_ms / 1e3, self._set_body, body)  # a stalled body
+            else:
+                self.done.set_result(body)
         elif self.held is None:
             self.done.set_result("ok")
 
@@ -135,6 +145,20 @@ class Sink:
         if self.cached is None or self.req is None:
             return None
         return self.req.cached_tokens or 0
+
+    def _set_body(self, body: bytes) -> None:
+        if not self.done.done():
+            self.done.set_result(body)
+
+    def _body_fault(self, k: int) -> None:
+        """A non-streaming request's mid-generation faults: an error body (vLLM's 500 when the engine fails
+        a request), or a TCP reset. A stall delays the body (on_finish)."""
+        f = self.fault
+        assert f is not None
+        if f.error_after == k:
+            self.finish_error(f"Simulated engine error after {k} tokens.", "InternalServerError", f.error_status)
+        elif f.reset_after == k:
+            self.reset()
 
     def _fault(self, k: int, t: float) -> bool:
         f = self.fault
@@ -162,10 +186,12 @@ class Sink:
             self._gone()
             return
         if held:
-            data = b"".join(held)
-            tr.write(frame(data))
+            tr.write(self._framed(b"".join(held)))
         if self.sent >= self.n and not self.done.done():
             self.done.set_result("ok")
+
+    def _framed(self, data: bytes) -> bytes:
+        return frame(data) if self.chunked else data
 
     def _stop_engine_side(self, reason: str = "abort") -> None:
         """Drop the request in the engine (freeing its blocks) and count how it ended."""
@@ -189,15 +215,15 @@ class Sink:
             return
         held, self.held = self.held or [], None  # tokens held by a stall go first
         if not self.transport.is_closing():
-            self.transport.write(frame(b"".join(held) + protocol.error_event(message, err_type, code)
-                                       + protocol.DONE))
+            self.transport.write(self._framed(b"".join(held) + protocol.error_event(message, err_type, code)
+                                              + protocol.DONE))
         self.done.set_result("error")
 
     def reset(self) -> None:
         """Abort the TCP connection with RST (SO_LINGER 0), mid-stream."""
         self._stop_engine_side()
         self.held = None
-        tr = self.transport
+        tr = self.conn
         if tr is not None:
             sock = tr.get_extra_info("socket")
             if sock is not None:
