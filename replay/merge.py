@@ -7,7 +7,8 @@ and every figure is recomputed from them with the single run's functions: percen
 records, never averages of shard percentiles, output drift from each record's `max_tokens`. Input
 drift needs the planned prompt lengths, which records do not carry: its counts are summed, its worst
 request and token-weighted mean are the shards' largest (the mean an upper bound unless the shards
-agree). The sessions block is recomputed from the merged records. Never sends a request.
+agree). The sessions block is recomputed from the merged records; the prefix-cache hit rate is the
+shards' rates weighted by their prompt tokens (null when a shard has none). Never sends a request.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def merge_dirs(dirs: list[str | Path]) -> Merged:
     header = msgspec.structs.replace(runs[0].header, start_unix=base)
     results = Results(environment=env, summary=summary, point=first.point)
     results.sessions = sessions.summarize(records)  # whole sessions per shard: recomputed from all records
+    results.prefix_cache_hit_rate = _merge_hit_rate([r.results for r in runs])
     return Merged(results=results, records=records, header=header)
 
 
@@ -181,6 +183,18 @@ def _merge_input_drift(summary: RunSummary, shards: list[RunSummary]) -> None:
                          ("unreachable_requests", sum)):
         values = [getattr(s, key) for s in shards if getattr(s, key) is not None]
         setattr(summary, key, combine(values) if values else None)
+
+
+def _merge_hit_rate(shards: list[Results]) -> float | None:
+    """The shards' prefix-cache hit rates weighted by their prompt tokens (the counters' queries are
+    prompt tokens, which records do not carry per shard); None unless every shard has one."""
+    rates = [(r.prefix_cache_hit_rate, r.summary.input_tokens or 0) for r in shards]
+    if any(rate is None for rate, _ in rates):
+        return None
+    total = sum(w for _, w in rates)
+    if total <= 0:
+        return sum(rate for rate, _ in rates if rate is not None) / len(rates)
+    return sum(rate * w for rate, w in rates if rate is not None) / total
 
 
 def _merge_interrupted(summary: RunSummary, shards: list[RunSummary]) -> None:

@@ -55,14 +55,17 @@ def parse_start(text: str) -> tuple[str, float]:
         if kind == "stagger" and arg:
             from slogate.replay.workload import parse_seconds
 
-            return kind, parse_seconds(arg)
+            gap = parse_seconds(arg)
+            if 0 <= gap < math.inf:  # not NaN, not negative, not infinite (no start at all)
+                return kind, gap
         if kind == "poisson" and arg.startswith("rate="):
             rate = float(arg.removeprefix("rate="))
-            if rate > 0:
+            if 0 < rate < math.inf:
                 return kind, rate
     except (ValueError, WorkloadError):
         pass
-    raise WorkloadError(f"bad --session-start {text!r}: use recorded, all, stagger:SECONDS or poisson:rate=R")
+    raise WorkloadError(f"bad --session-start {text!r}: use recorded, all, stagger:SECONDS (≥ 0) or poisson:rate=R "
+                        "(R > 0 sessions/s, finite)")
 
 
 def _think(turn: PlannedRequest, prev: PlannedRequest | None, prev_e2e: float | None) -> float:

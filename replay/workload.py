@@ -137,11 +137,34 @@ def rate(reqs: Sequence[PlannedRequest], target_rps: float) -> list[PlannedReque
 
 
 def sample(reqs: Sequence[PlannedRequest], fraction: float, seed: int) -> list[PlannedRequest]:
-    """Keep each request with probability `fraction` (seeded), at its original time."""
+    """Keep each request with probability `fraction` (seeded), at its original time; requests of a
+    session are kept or dropped together with their root session (turns and subagents), so a kept
+    conversation starts at its first turn and keeps its prefix chain."""
     if not 0 < fraction <= 1:
         raise WorkloadError(f"bad sample fraction {fraction!r}: must be in (0, 1]")
     rng = random.Random(seed ^ 0x5A17)
-    return _reindexed([r for r in reqs if rng.random() < fraction])
+    roots = _session_roots(reqs)
+    kept: dict[str, bool] = {}
+    out = []
+    for r in reqs:
+        root = roots.get(r.session) if r.session is not None else None
+        keep = rng.random() < fraction if root is None else kept.setdefault(root, rng.random() < fraction)
+        if keep:
+            out.append(r)
+    return _reindexed(out)
+
+
+def _session_roots(reqs: Sequence[PlannedRequest]) -> dict[str, str]:
+    """session → its root session (following `parent_session` up; a cycle or unknown parent ends it)."""
+    parent = {r.session: r.parent_session for r in reqs if r.session is not None}
+    out: dict[str, str] = {}
+    for s in parent:
+        root, seen = s, {s}
+        while (p := parent.get(root)) is not None and p in parent and p not in seen:
+            root = p
+            seen.add(p)
+        out[s] = root
+    return out
 
 
 def max_requests(reqs: Sequence[PlannedRequest], n: int) -> list[PlannedRequest]:

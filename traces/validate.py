@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 
 from slogate.traces.record import RequestRecord
-from slogate.traces.stats import implausible_arrival, span_text
+from slogate.traces.stats import MAX_SPAN_S, implausible_arrival, span_text
 
 MAX_PROBLEMS = 10
 _TOKENS = ("input_tokens", "output_tokens", "max_tokens")
@@ -28,6 +28,8 @@ def problems(records: Sequence[RequestRecord], *, measured: bool = True, limit: 
             bad.append(f"t={r.t}")
         if r.think is not None and not (math.isfinite(r.think) and r.think >= 0):  # a session's think time
             bad.append(f"think={r.think}")
+        elif r.think is not None and r.think > MAX_SPAN_S:  # a replay would wait that long for the next turn
+            bad.append(f"think={r.think:g} s ({span_text(r.think)}: a think time in ms read as s?)")
         bad += [f"{name}={v}" for name in _TOKENS if (v := getattr(r, name)) is not None and v < 0]
         if measured:
             bad += [f"{name}={v}" for name in _TIMES

@@ -66,7 +66,7 @@ def guess_format(path: PathLike, *, for_output: bool = False) -> str:
 
 
 def _head(p: Path) -> bytes:
-    """The first bytes of a file, decompressed when it is gzip (`.jsonl.gz`)."""
+    """The first bytes of a file, decompressed when it is gzip (`.jsonl.gz`), without a byte-order mark."""
     import gzip
 
     with open(p, "rb") as f:
@@ -74,7 +74,7 @@ def _head(p: Path) -> bytes:
     if head[:2] == b"\x1f\x8b":
         with gzip.open(p, "rb") as g, contextlib.suppress(OSError, EOFError):
             head = g.read(_SNIFF_BYTES)
-    return head
+    return head.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark (Excel's CSVs): not content
 
 
 def load(path: PathLike | Sequence[PathLike], fmt: str | None = None, *, block_size: int | None = None) -> Loaded:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -69,14 +70,17 @@ def load(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> tu
     header_bs: int | None = None
     names: set[str] = set()
     for f in all_files:
-        data = f.read_bytes()
+        data = f.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is not content
         try:
             doc = _decoder.decode(data)
         except msgspec.DecodeError as exc:
-            raise TraceError(str(f), f"cannot read as an agentic session file: {exc} "
+            raise TraceError(str(f), f"cannot read as an agentic session file: {_with_line(str(exc), data)} "
                              "(expected block_size, hash_id_scope and requests)") from None
         if doc.hash_id_scope not in ("local", "global"):
             raise TraceError(str(f), f"bad hash_id_scope {doc.hash_id_scope!r}: use local or global")
+        if doc.block_size < 1:
+            raise TraceError(str(f), f"bad block_size {doc.block_size}: tokens per hash id, e.g. 64")
+        _check(f, doc.requests, "requests")
         name = doc.session_id or f.name.removesuffix(".json")
         while name in names:
             name += "'"
@@ -91,6 +95,29 @@ def load(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> tu
     return header, records
 
 
+def _with_line(message: str, data: bytes) -> str:
+    """msgspec's "(byte N)" with the line it is on, for a file a person can open at that line."""
+    m = re.search(r"\(byte (\d+)\)", message)
+    if m is None:
+        return message
+    line = data.count(b"\n", 0, int(m.group(1))) + 1
+    return f"{message[:m.start()]}(line {line}, byte {m.group(1)}){message[m.end():]}"
+
+
+def _check(path: Path, entries: list[Entry], where: str) -> None:
+    """Every entry a request with both lengths or a subagent; the first one that is not names the fix."""
+    for i, e in enumerate(entries):
+        at = f"{where}[{i}]"
+        if e.type == "subagent":
+            _check(path, e.requests, f"{at}.requests")
+        elif e.type != "n":
+            raise TraceError(str(path), f"{at}: bad type {e.type!r}: use \"n\" (a request) or \"subagent\"")
+        elif e.input is None or e.output is None:
+            missing = " and ".join(k for k, v in (("in", e.input), ("out", e.output)) if v is None)
+            raise TraceError(str(path), f"{at}: no {missing!r} (prompt / output tokens): every request needs "
+                             "\"in\" and \"out\"".replace("'", '"'))
+
+
 def _session(entries: list[Entry], session: str, parent: str | None, scope: str | None, block: int | None,
              out: list[RequestRecord]) -> None:
     """Records of one session (turns in order); subagent entries become child sessions."""
@@ -102,14 +129,14 @@ def _session(entries: list[Entry], session: str, parent: str | None, scope: str 
             children += 1
             _session(e.requests, f"{session}.{children}", session, scope, block, out)
             continue
-        think = e.think_time
+        think = e.think_time  # as given (a negative one is bad data that validate names), else derived
         if think is None and prev_end is not None:
-            think = max(0.0, e.t - prev_end)
+            think = max(0.0, e.t - prev_end)  # turns that overlapped (parallel tool calls): no wait
         ids = [_scoped(scope, h) for h in e.hash_ids] if scope is not None else list(e.hash_ids)
         out.append(RequestRecord(
             t=e.t, model=e.model, input_tokens=e.input, output_tokens=e.output, hash_ids=ids or None,
             block_size=block, e2e=e.api_time, session=session, turn=turn, parent_session=parent,
-            think=None if think is None else max(0.0, think),
+            think=think,
         ))
         prev_end = e.t + (e.api_time or 0.0)
         turn += 1

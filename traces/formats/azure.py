@@ -41,6 +41,8 @@ class _Clock:
 
     def parse(self, text: str) -> tuple[int, bool]:
         """(100 ns ticks since the epoch, has a zone suffix) of `YYYY-MM-DD HH:MM:SS[.f…][Z|±HH:MM]`."""
+        if not text.isascii():  # int() and isdigit() would take other scripts' digits
+            raise ValueError(text)
         day = self._day_ticks.get(text[:10])
         if day is None:
             day = (dt.date.fromisoformat(text[:10]) - _EPOCH).days * 86400 * TICKS
@@ -89,10 +91,10 @@ def _int(value: str) -> int | None:
 
 def load(path: str | os.PathLike[str]) -> tuple[TraceHeader, list[RequestRecord]]:
     clock = _Clock()
-    with open(path, newline="", encoding="utf-8") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: skips a byte-order mark
         reader = csv.reader(f)
-        names = next(reader, None)
-        if names is None or any(c not in names for c in COLUMNS):
+        names = [n.strip() for n in next(reader, [])]
+        if any(c not in names for c in COLUMNS):
             raise TraceError(path, f"not an Azure LLM trace: the header must name {', '.join(COLUMNS)}", offset=0)
         i_ts, i_in, i_out = (names.index(c) for c in COLUMNS)
         rows: list[tuple[int, int | None, int | None]] = []
@@ -101,7 +103,7 @@ def load(path: str | os.PathLike[str]) -> tuple[TraceHeader, list[RequestRecord]
             if not row:
                 continue
             try:
-                ticks, zoned = clock.parse(row[i_ts])
+                ticks, zoned = clock.parse(row[i_ts].strip())
                 rows.append((ticks, _int(row[i_in]), _int(row[i_out])))
             except (ValueError, IndexError):
                 raise TraceError(

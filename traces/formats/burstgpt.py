@@ -25,7 +25,7 @@ def sniff(head: bytes) -> bool:
 
 def load(path: str | os.PathLike[str]) -> tuple[TraceHeader, list[RequestRecord]]:
     records: list[RequestRecord] = []
-    with open(path, newline="", encoding="utf-8") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: skips a byte-order mark
         reader = csv.reader(f)
         names = [n.strip() for n in next(reader, [])]
         missing = [c for c in REQUIRED if c not in names]

@@ -18,6 +18,7 @@ import gzip
 import itertools
 import math
 import os
+import zlib
 from collections.abc import Sequence
 
 import msgspec
@@ -29,6 +30,7 @@ NAME = "mooncake"
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
 MOONCAKE_BLOCK_TOKENS = 512
 BYTES_PER_TOKEN = 4  # assumed when coarsening byte blocks to token blocks
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark some editors write first: skipped
 
 
 class MooncakeRow(msgspec.Struct):
@@ -53,7 +55,8 @@ def load(path: str | os.PathLike[str], *, block_size: int = MOONCAKE_BLOCK_TOKEN
     with open(path, "rb") as f:
         data = f.read()
     if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
+        data = _gunzip(path, data)
+    data = data.removeprefix(BOM)
     try:
         rows = _decoder.decode_lines(data)
     except msgspec.DecodeError as exc:
@@ -79,6 +82,15 @@ def load(path: str | os.PathLike[str], *, block_size: int = MOONCAKE_BLOCK_TOKEN
     header = TraceHeader(block_size=block_size, block_unit="tokens", tokens_source="usage",
                          source="import:mooncake")
     return header, records
+
+
+def _gunzip(path: str | os.PathLike[str], data: bytes) -> bytes:
+    """The content of a gzip file; a cut or corrupt one is a `TraceError` naming the file and the fix."""
+    try:
+        return gzip.decompress(data)
+    except (EOFError, OSError, zlib.error) as exc:
+        raise TraceError(path, f"cannot read as gzip ({exc}): the file is cut or corrupt; "
+                         "copy it again or decompress what is left with zcat") from None
 
 
 def _locate(data: bytes, exc: Exception) -> str:
@@ -140,7 +152,24 @@ def save(path: str | os.PathLike[str], header: TraceHeader, records: Sequence[Re
                 block_size = r.block_size or header.block_size
                 ids = mapper.map(ids, coarsen_factor(block_size, header.block_unit), r.input_tokens)
             f.write(
-                f'{{"timestamp": {round(r.t * 1000)}, "input_length": {r.input_tokens or 0}, '
+                f'{{{_when(r)}"input_length": {r.input_tokens or 0}, '
                 f'"output_length": {r.output_tokens or 0}, "hash_ids": [{", ".join(map(str, ids))}]}}\n'
             )
     return len(records)
+
+
+def _when(r: RequestRecord) -> str:
+    """`"timestamp": MS, `; for a session's turn AIPerf's multi-turn form: `session_id`, and on a later
+    turn with a think time `delay` (ms after the previous turn) instead of the timestamp, as imported."""
+    if r.session is None:
+        return f'"timestamp": {round(r.t * 1000)}, '
+    sid = f'"session_id": {msgspec.json.encode(r.session).decode()}, '
+    if r.turn and r.think is not None:
+        return f'{sid}"delay": {_ms(r.think)}, '
+    return f'{sid}"timestamp": {round(r.t * 1000)}, '
+
+
+def _ms(seconds: float) -> int | float:
+    """Milliseconds, an integer when whole (the way the files write them)."""
+    ms = round(seconds * 1000, 6)
+    return int(ms) if ms == int(ms) else ms
