@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from slogate.traces.metrics import percentile
 from slogate.traces.record import RequestRecord
+from slogate.traces.stats import arrival_rate
 
 LAG_BOUND_S = 0.010  # lag p99 above this marks the run degraded
 RATE_SHORTFALL = 0.02  # achieved send rate this far below offered marks the run degraded
@@ -24,22 +25,14 @@ def run_duration(records: Sequence[RequestRecord]) -> float:
     return max(end - t0, 0.0)
 
 
-def _rate(times: Sequence[float]) -> float | None:
-    if len(times) < 2:
-        return None
-    ts = sorted(times)
-    span = ts[-1] - ts[0]
-    return (len(ts) - 1) / span if span > 0 else None
-
-
 def offered_rate(records: Sequence[RequestRecord]) -> float | None:
     """Requests/s of the intended schedule: (n − 1) / (last − first intended time)."""
-    return _rate([r.t for r in records])
+    return arrival_rate([r.t for r in records])
 
 
 def send_rate(records: Sequence[RequestRecord]) -> float | None:
     """Requests/s actually sent: (n − 1) / (last − first actual send time)."""
-    return _rate([r.t + (r.lag or 0.0) for r in records])
+    return arrival_rate([r.t + (r.lag or 0.0) for r in records])
 
 
 def degraded_reasons(records: Sequence[RequestRecord], *, lag_bound_s: float = LAG_BOUND_S,

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from slogate.traces.record import RequestRecord
+from slogate.traces.stats import arrival_rate
 
 _MIX = 0x9E3779B97F4A7C15
 _MASK64 = (1 << 64) - 1
@@ -119,11 +120,8 @@ def speed(reqs: Sequence[PlannedRequest], factor: float) -> list[PlannedRequest]
 
 
 def mean_rate(reqs: Sequence[PlannedRequest]) -> float | None:
-    """Requests per second over the schedule: (n − 1) / span; None below two distinct times."""
-    if len(reqs) < 2:
-        return None
-    span = reqs[-1].t - reqs[0].t
-    return (len(reqs) - 1) / span if span > 0 else None
+    """Requests per second over the schedule (traces.stats.arrival_rate); None below two distinct times."""
+    return arrival_rate([r.t for r in reqs])
 
 
 def rate(reqs: Sequence[PlannedRequest], target_rps: float) -> list[PlannedRequest]:

@@ -23,6 +23,16 @@ from slogate.traces.summary import RunSummary, summarize
 MAX_SPAN_S = 366 * 86400.0  # no trace of LLM traffic spans more than a year: a later arrival is a wrong unit
 
 
+def arrival_rate(times: Sequence[float]) -> float | None:
+    """The one mean rate of a schedule, requests/s: (n − 1) / (last − first), the arrivals' intervals over
+    their span, so `replay --rate R` makes exactly R and `trace stats` reads R back; None below two
+    distinct times. (n / span would read 2 req/s for two requests a second apart.)"""
+    if len(times) < 2:
+        return None
+    span = max(times) - min(times)
+    return (len(times) - 1) / span if span > 0 else None
+
+
 class TokenStats(msgspec.Struct):
     mean: float | None = None
     p50: float | None = None
@@ -86,7 +96,7 @@ def trace_stats(records: Iterable[RequestRecord], slos: Sequence[Slo] = (), *,
     return TraceStats(
         requests=n,
         duration_s=duration,
-        mean_rps=n / duration if duration > 0 else None,
+        mean_rps=arrival_rate(times),
         interarrival_cv=_cv([b - a for a, b in itertools.pairwise(times)]),
         input_tokens=_tokens(inputs),
         output_tokens=_tokens(outputs),

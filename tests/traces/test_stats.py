@@ -16,7 +16,8 @@ def test_hand_made() -> None:
         RequestRecord(t=3.0, input_tokens=30, output_tokens=5, hash_ids=[1, 3, 4], status=429),
     ]
     s = trace_stats(records)
-    assert s.requests == 3 and s.duration_s == 3.0 and s.mean_rps == 1.0
+    assert s.requests == 3 and s.duration_s == 3.0
+    assert s.mean_rps == pytest.approx(2 / 3)  # two intervals over 3 s: what `replay --rate 0.667` would make
     assert s.interarrival_cv == pytest.approx(0.5 / 1.5)
     assert (s.input_tokens.mean, s.input_tokens.p50) == (20.0, 20.0)
     assert s.output_tokens.p99 == pytest.approx(4.96)
@@ -61,3 +62,19 @@ def test_implausible_arrival_names_the_first_one_past_a_year() -> None:
     assert implausible_arrival([float("nan"), 1.0, float("inf"), 1e300]) == (3, 1e300, 1.0)  # non-finite: validate's own
     assert implausible_arrival([]) is None
     assert (span_text(1.7e9), span_text(3 * 86400), span_text(1e297)) == ("53.9 years", "3 days", "3.17e+289 years")
+
+
+def test_one_mean_rate_on_every_surface(tmp_path) -> None:
+    """`replay --rate 3` makes 3 req/s; the run's offered rate and `trace stats` of its records read 3 back
+    (trace stats once divided n by the span: 3.005 here, 2 req/s for two requests a second apart)."""
+    from slogate.cli import main as slogate
+    from slogate.replay.results import load
+    from slogate.traces import formats
+    from tests.servers import REPO
+
+    out = tmp_path / "run"
+    assert slogate(["replay", str(REPO / "traces" / "samples" / "azure_conv_10min.csv"), "--rate", "3", "--target", "sim:h100-sxm/llama-3-8b", "--virtual", "--quiet", "--out", str(out)]) == 0
+    _, records = formats.load(out / "requests.jsonl.zst")
+    assert len(records) > 1000
+    assert load(out).summary.offered_rate_rps == pytest.approx(3.0, rel=1e-9)
+    assert trace_stats(records).mean_rps == pytest.approx(3.0, rel=1e-9)
