@@ -173,7 +173,11 @@ def summarize(
     if window is None:
         window = offered_window(records)
     start, end = window.start, window.end
-    span = window.length if window.length > 0 else 1e-9
+    span = window.length
+
+    def per_s(amount: float) -> float:  # over a window of no time (one request failing at once) nothing is a rate
+        return amount / span if span > 0 else 0.0
+
     n = len(records)
     ok = [r for r in records if not is_error(r)]
     ends = [finished_at(r) for r in records]
@@ -197,11 +201,11 @@ def summarize(
         failed_by_class=dict(sorted(failed_by_class.items())),
         duration_s=window.length,
         window_start_s=start,
-        request_rate_rps=math.fsum(share) / span,
+        request_rate_rps=per_s(math.fsum(share)),
         offered_rate_rps=offered_rate_rps,
-        output_tokens_per_s=out_inside / span,
-        total_tokens_per_s=(in_inside + out_inside) / span,
-        samples_per_s=samples / span,
+        output_tokens_per_s=per_s(out_inside),
+        total_tokens_per_s=per_s(in_inside + out_inside),
+        samples_per_s=per_s(samples),
         drain_s=max(0.0, max(ends) - end) if ends else 0.0,
         drain_requests=sum(1 for e in ends if e > end),
         drain_output_tokens=round(sum((r.output_tokens or 0) for r in records) - out_inside
@@ -220,8 +224,8 @@ def summarize(
         good = [i for i, r in enumerate(records) if is_good(r, slo)]
         summary.goodput_by_slo[slo.name] = {
             "good_requests": float(len(good)),
-            "goodput_rps": math.fsum(share[i] for i in good) / span,
-            "goodput_tokens_per_s": math.fsum(produced[i] for i in good) / span,
+            "goodput_rps": per_s(math.fsum(share[i] for i in good)),
+            "goodput_tokens_per_s": per_s(math.fsum(produced[i] for i in good)),
             "slo_attainment": len(good) / n if n else 0.0,
         }
     if slos:
@@ -231,9 +235,9 @@ def summarize(
         summary.goodput_tokens_per_s = first["goodput_tokens_per_s"]
         summary.slo_attainment = first["slo_attainment"]
     else:  # no SLO: every successful request is good
-        summary.goodput_rps = math.fsum(f for r, f in zip(records, share, strict=True) if not is_error(r)) / span
-        summary.goodput_tokens_per_s = math.fsum(p for r, p in zip(records, produced, strict=True)
-                                                 if not is_error(r)) / span
+        summary.goodput_rps = per_s(math.fsum(f for r, f in zip(records, share, strict=True) if not is_error(r)))
+        summary.goodput_tokens_per_s = per_s(math.fsum(p for r, p in zip(records, produced, strict=True)
+                                                        if not is_error(r)))
         summary.slo_attainment = len(ok) / n if n else None
     if planned is not None:
         _add_drift(summary, records, planned, input_floor)

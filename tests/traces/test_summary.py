@@ -93,3 +93,13 @@ def test_status_window_equals_the_run_summary(records):
         if records:
             assert snap["slos"][slo.name]["attainment"] == pytest.approx(g["slo_attainment"])
     assert snap["output_tokens_per_s"] == pytest.approx(s.output_tokens_per_s)
+
+
+def test_a_window_of_no_time_has_no_rates():
+    """One request that failed at once (a connect error) spans no time: every rate is 0, not its count over
+    the 1e-9 s that once stood in for zero (request_rate_rps 999,999,999.99)."""
+    failed = RequestRecord(t=5.0, status=0, error="connect")
+    s = summarize([failed], slos=[parse_slo("ttft=1")])
+    assert s.duration_s == 0.0 and s.requests == 1 and s.failed == 1
+    assert (s.request_rate_rps, s.output_tokens_per_s, s.total_tokens_per_s, s.samples_per_s) == (0.0, 0.0, 0.0, 0.0)
+    assert (s.goodput_rps, s.goodput_tokens_per_s, s.slo_attainment) == (0.0, 0.0, 0.0)
