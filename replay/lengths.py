@@ -23,9 +23,12 @@ def parse_params(body: str, what: str) -> dict[str, float]:
             raise WorkloadError(f"bad {what} parameter {part!r}: expected KEY=NUMBER")
         k, v = (s.strip() for s in part.split("=", 1))
         try:
-            out[k.lower()] = float(v)
+            x = float(v)
         except ValueError:
             raise WorkloadError(f"bad {what} parameter {part!r}: {v!r} is not a number") from None
+        if not math.isfinite(x):  # inf sessions looped forever, nan slipped past every `<` check
+            raise WorkloadError(f"bad {what} parameter {part!r}: give a finite number")
+        out[k.lower()] = x
     return out
 
 

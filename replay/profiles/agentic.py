@@ -18,6 +18,7 @@ from slogate.replay.workload import PlannedRequest, Workload, WorkloadError
 BLOCK = 64  # tokens per hash id
 DEFAULTS = {"sessions": 20.0, "turns": 6.0, "think": 2.0, "growth": 400.0, "subagents": 0.1, "system": 2048.0,
             "rate": 1.0}
+MAX_THINK_S = 86400.0  # a day between turns: larger is a think time in ms (or worse) read as s
 NOMINAL_TURN_S = 1.0  # recorded-timeline spacing only (session timing sends after the real completion)
 
 
@@ -27,8 +28,10 @@ def workload(params: dict[str, float], ins: Sampler, outs: Sampler, rng: random.
         raise WorkloadError(f"unknown --synthetic agentic parameter {sorted(unknown)[0]!r}: use "
                             + ", ".join(f"{k}=" for k in DEFAULTS))
     p = {**DEFAULTS, **params}
-    if p["sessions"] < 1 or p["turns"] < 1 or p["rate"] <= 0 or not 0 <= p["subagents"] <= 1:
-        raise WorkloadError(f"bad --synthetic {spec!r}: sessions ≥ 1, turns ≥ 1, rate > 0, 0 ≤ subagents ≤ 1")
+    if (p["sessions"] < 1 or p["turns"] < 1 or p["rate"] <= 0 or not 0 <= p["subagents"] <= 1
+            or min(p["think"], p["growth"], p["system"]) < 0 or p["think"] > MAX_THINK_S):
+        raise WorkloadError(f"bad --synthetic {spec!r}: sessions ≥ 1, turns ≥ 1, rate > 0, 0 ≤ subagents ≤ 1, "
+                            f"think (0 to {MAX_THINK_S:g} s), growth and system ≥ 0")
     system = list(range(1, math.ceil(p["system"] / BLOCK) + 1))  # the same ids in every session
     next_id = [len(system) + 1]
     reqs: list[PlannedRequest] = []

@@ -108,3 +108,19 @@ def test_validate_accepts_a_request_that_got_no_response() -> None:
     assert problems([RequestRecord(t=0.0, status=0, error="connect")]) == []
     assert problems([RequestRecord(t=0.0, status=0)]) == ["record 1: bad status=0"]
     assert problems([RequestRecord(t=0.0, status=0)], measured=False) == []  # what a replay schedules from
+
+
+@pytest.mark.parametrize(("spec", "fragment"), [
+    ("agentic:sessions=inf", "'sessions=inf': give a finite number"),  # was an OverflowError traceback
+    ("agentic:turns=nan", "'turns=nan': give a finite number"),  # was a ValueError traceback
+    ("poisson:rate=inf", "'rate=inf': give a finite number"),
+    ("agentic:think=-1", "think (0 to 86400 s)"),  # was accepted (no think at all)
+    ("agentic:think=1e12", "think (0 to 86400 s)"),  # a virtual duration_s of 2.1e12
+    ("agentic:system=-100", "growth and system ≥ 0"),
+])
+def test_a_meaningless_synthetic_parameter_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               spec: str, fragment: str) -> None:
+    assert slogate(["replay", "--synthetic", spec, "--target", "sim:h100-sxm/llama-3-8b", "--virtual", "--out",
+                    str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and len(err.splitlines()) == 1, err
