@@ -112,7 +112,8 @@ class Pool:
         self.port = u.port or (443 if self.tls else 80)
         self.prefix = u.path.rstrip("/")
         self._ssl = ssl.create_default_context() if self.tls else None
-        self._host = self.host if (self.port in (80, 443)) else f"{self.host}:{self.port}"
+        host = next((v for k, v in headers.items() if k.lower() == "host"), None)  # --header Host:… wins
+        self._host = host or (self.host if self.port in (80, 443) else f"{self.host}:{self.port}")
         self._headers = [("Content-Type", "application/json"),
                          *((k, v) for k, v in headers.items() if k.lower() not in ("host", "content-length"))]
         self._idle: list[_Conn] = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -382,7 +383,7 @@ def plan(ns: argparse.Namespace, *, command: list[str]) -> tuple[wl.Workload, Re
     output_dir(out)  # before any request is sent
     options = ReplayOptions(
         target=ns.target, model=ns.model, endpoint=ns.endpoint, stream=not ns.no_stream,
-        headers=pairs(ns.header, ":", "--header"), api_key=ns.api_key, timeout_s=timeout_s,
+        headers=request_headers(ns.header), api_key=ns.api_key, timeout_s=timeout_s,
         retries=ns.retries, retry_backoff_s=seconds(ns.retry_backoff, "--retry-backoff"), force_output=ns.force_output,
         tokenizer=ns.tokenizer, workers=ns.workers, virtual=ns.virtual, slos=slos, cost_per_hour=ns.cost_per_hour,
         lag_bound_s=seconds(ns.lag_bound, "--lag-bound"), seed=ns.seed, labels=pairs(ns.label, "=", "--label"),
@@ -399,14 +400,33 @@ def plan(ns: argparse.Namespace, *, command: list[str]) -> tuple[wl.Workload, Re
     return w, options
 
 
+# Headers the replay's client writes itself: the message's framing and the JSON body's type. As options
+# they would contradict it (a Content-Length of the wrong size failed every request).
+CLIENT_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive", "te", "upgrade",
+                            "expect", "content-type"})
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP field name (RFC 9110 token)
+
+
+def request_headers(items: list[str]) -> dict[str, str]:
+    """--header K:V (repeatable): extra request headers. `Host` replaces the target's (an ingress by address)."""
+    headers = pairs(items, ":", "--header")
+    for name in headers:
+        if not HEADER_NAME.fullmatch(name):
+            raise UsageError(f"bad --header {name!r}: not a header name (letters, digits and -, e.g. X-Tenant:a)")
+        if name.lower() in CLIENT_HEADERS:
+            raise UsageError(f"bad --header {name}:…: the replay writes {name} itself; drop the option")
+    return headers
+
+
 def session_header(name: str) -> str | None:
     """--session-header NAME (an HTTP header name) or off."""
-    import re
-
     if name.strip().lower() == "off":
         return None
-    if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
+    if not HEADER_NAME.fullmatch(name):
         raise UsageError(f"bad --session-header {name!r}: give a header name like X-Session-Id, or off")
+    if name.lower() in CLIENT_HEADERS | {"host", "authorization"}:
+        raise UsageError(f"bad --session-header {name!r}: the replay sets {name} itself; use a header of its own "
+                         "like X-Session-Id")
     return name
 
 

@@ -52,6 +52,11 @@ def test_unreachable_target() -> None:
     ([str(AZURE), "--window", "9000:9100"], "workload is empty"),
     (["--synthetic", "poisson:rate=3", "--force-output", "magic"], "bad --force-output"),
     ([], "give a TRACE file or --synthetic"),
+    # the client frames its requests itself: a Content-Length option failed every request
+    (["--synthetic", "poisson:rate=3", "--header", "Content-Length:5"], "the replay writes Content-Length itself"),
+    (["--synthetic", "poisson:rate=3", "--header", "X Bad:1"], "bad --header 'X Bad': not a header name"),
+    (["--synthetic", "poisson:rate=3", "--session-header", "Content-Length"], "bad --session-header 'Content-Length'"),
+    (["--synthetic", "poisson:rate=3", "--session-header", "host"], "the replay sets host itself"),
 ])
 def test_bad_options(args: list[str], needle: str) -> None:
     target = [] if "--target" in args else ["--target", "http://127.0.0.1:9"]
@@ -81,3 +86,15 @@ def test_merge_bad_dir(tmp_path) -> None:
 
 def test_missing_required_option_is_one_line() -> None:
     one_line_error(run("replay", str(AZURE)), "required: --target")
+
+
+def test_a_host_header_option_replaces_the_targets() -> None:
+    """`--header Host:svc.example` (a service behind an ingress reached by address) is the request's one
+    Host header; it was silently dropped."""
+    from slogate.replay.http import Pool
+
+    data = Pool("http://127.0.0.1:9", {"Host": "svc.example", "X-Tenant": "a"})._data("/v1/completions", b"{}")
+    head = data.split(b"\r\n\r\n", 1)[0].lower()
+    assert head.count(b"\r\nhost:") == 1 and b"\r\nhost: svc.example" in head and b"x-tenant: a" in head
+    default = Pool("http://127.0.0.1:9", {})._data("/v1/completions", b"{}").lower()
+    assert b"\r\nhost: 127.0.0.1:9\r\n" in default
