@@ -263,6 +263,10 @@ def transform(w: wl.Workload, ns: argparse.Namespace, duration: float | None) ->
             raise UsageError("--loop/--concurrency do not combine with session timing: add --session-timing recorded")
         reqs = sessions.link(reqs, start=ns.session_start, seed=ns.seed)
         desc.append(f"sessions=think start={ns.session_start}")
+        if (ns.speed is not None or ns.rate is not None) and not w.concurrency:
+            print("slogate replay: warning: with session timing, --speed/--rate move when sessions start; each turn "
+                  "still waits its think time after the previous one, so the offered rate is not the one asked "
+                  "for (--session-timing recorded compresses every turn)", file=sys.stderr)
     elif getattr(ns, "session_start", "recorded") != "recorded":
         raise UsageError("--session-start needs session timing: a trace with sessions and --session-timing think")
     if ns.shard:

@@ -296,3 +296,19 @@ def test_session_header_value_is_opaque_per_run_and_the_flag_is_checked() -> Non
     assert session_header("X-Session-Id") == "X-Session-Id" and session_header("off") is None
     with pytest.raises(UsageError, match="bad --session-header 'X Session'"):
         session_header("X Session")
+
+
+def test_rate_with_session_timing_warns_that_think_times_are_kept(tmp_path, capsys) -> None:
+    """The agentic samples' sessions all start at 0: `--rate 5` moves nothing under think timing (about
+    1 req/s offered), which a warning now says; with recorded timing the whole timeline is rescaled."""
+    from slogate.cli import main as slogate
+    from slogate.replay.results import load
+
+    agentic = Path(__file__).resolve().parents[2] / "traces" / "samples" / "agentic"
+    args = ["replay", str(agentic), "--rate", "5", "--target", "sim:h100-sxm/llama-3-8b", "--virtual", "--quiet"]
+    assert slogate([*args, "--out", str(tmp_path / "think")]) == 0
+    assert "warning: with session timing, --speed/--rate move when sessions start" in capsys.readouterr().err
+    assert load(tmp_path / "think").summary.offered_rate_rps < 2.5
+    assert slogate([*args, "--session-timing", "recorded", "--out", str(tmp_path / "recorded")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert load(tmp_path / "recorded").summary.offered_rate_rps == pytest.approx(5.0)
