@@ -41,7 +41,9 @@ def _capacity(data: ReportData) -> list[Conclusion]:
                                   if low is not None else f"{sw.name}: the sweep holds no points", fig, "warn", sw.name))
             continue
         rec = best.x * HEADROOM
-        operating = best.request_rate_rps * HEADROOM
+        # the offered load, as plan's operating point: what a replica is sent (the achieved rate trails it by
+        # the requests still streaming at the window's end)
+        operating = (best.offered_rate_rps or best.request_rate_rps) * HEADROOM
         rps = f" ({best.request_rate_rps:.3g} req/s)" if s.mode != "rate" else ""
         knee = f"; the knee is at {s.mode} {s.knee:g}" if s.knee is not None else ""
         values: dict[str, float | str | None] = {

@@ -125,7 +125,7 @@ def test_demo_report_states_capacity_replicas_and_cost(demo: tuple[Path, str, fl
     v = cap["values"]
     assert v["max_meeting_slo"] == sweep.max_x_meeting_slo and v["knee"] == sweep.knee
     assert v["recommended"] == pytest.approx(0.9 * best.x)
-    assert v["operating_rps"] == pytest.approx(0.9 * best.request_rate_rps)
+    assert best.offered_rate_rps and v["operating_rps"] == pytest.approx(0.9 * best.offered_rate_rps)  # as plan's
     assert v["load_run"] == "a100-80g" and v["peak_rps"] > 0
     assert v["replicas"] >= v["peak_rps"] / v["operating_rps"] > v["replicas"] - 1
     assert v["cost_per_hour_usd"] == 1.8 and v["goodput_cost_per_million_output_tokens"] > 0
