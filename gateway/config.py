@@ -112,7 +112,7 @@ _HINTS: dict[str, str] = {
     "max_body_bytes": "a positive integer (bytes)",
     "max_inflight_body_bytes": "a positive integer (bytes), at least max_body_bytes",
     "shutdown_grace": "a non-negative number of seconds",
-    "workers": 'a positive integer or "auto" (one per core)',
+    "workers": 'an integer from 1 to 1024, or "auto" (one per core)',
     "unready_after_errors": "a positive number of seconds",
     "max_connections_per_upstream": "a positive integer",
     "max_model_labels": "a positive integer",

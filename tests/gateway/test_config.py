@@ -219,3 +219,11 @@ def test_options_that_would_be_ignored_are_errors(args: list[str], fragment: str
     assert slogate(["gateway", "--upstream", "http://127.0.0.1:9", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert fragment in err and len(err.splitlines()) == 1, err
+
+
+def test_too_many_workers_names_the_limit(capsys):
+    from slogate.cli import main as slogate
+
+    assert slogate(["gateway", "--upstream", "http://127.0.0.1:9", "--workers", "100000",
+                    "--admin-listen", "127.0.0.1:19999"]) == 2
+    assert "an integer from 1 to 1024" in capsys.readouterr().err
