@@ -65,6 +65,8 @@ def merge_dirs(dirs: list[str | Path]) -> Merged:
     header = msgspec.structs.replace(runs[0].header, start_unix=base)
     results = Results(environment=env, summary=summary, point=first.point)
     results.sessions = sessions.summarize(records)  # whole sessions per shard: recomputed from all records
+    if results.sessions is not None:  # planned but never sent: only the shards knew their plans
+        results.sessions.unsent_turns = sum(r.results.sessions.unsent_turns for r in runs if r.results.sessions)
     results.prefix_cache_hit_rate = _merge_hit_rate([r.results for r in runs])
     return Merged(results=results, records=records, header=header)
 

@@ -134,7 +134,7 @@ def sessions_html(data: ReportData, images: dict[str, str | None], note: str | N
     runs = [r for r in data.runs if _has_sessions(r)]
     if not runs:
         return ""
-    head = ["run", "sessions", "subagents", "turns", "failed turns", "duration p50 / p90 (s)",
+    head = ["run", "sessions", "subagents", "turns", "failed / unsent turns", "duration p50 / p90 (s)",
             "time to finish p99 (s)", "model time", "think time", "TTFT p50 by turn (ms)"]
     rows = []
     for r in runs:
@@ -148,7 +148,8 @@ def sessions_html(data: ReportData, images: dict[str, str | None], note: str | N
         total = s.model_time_s + s.think_time_s
         share = f" ({s.model_time_s / total:.0%})" if total > 0 else ""
         by_turn = ", ".join(f"{k}: {d.p50 * 1000:.0f}" for k, d in list(s.ttft_by_turn.items())[:5] if d.p50 is not None)
-        rows.append([_esc(r.name), str(s.sessions), str(s.subagents), str(s.turns), str(s.failed_turns),
+        rows.append([_esc(r.name), str(s.sessions), str(s.subagents), str(s.turns),
+                     f"{s.failed_turns} / {s.unsent_turns}",
                      f"{_s(s.duration_s.p50)} / {_s(s.duration_s.p90)}", _s(s.time_to_finish_s.p99),
                      f"{s.model_time_s:.3g} s{share}", f"{s.think_time_s:.3g} s", _esc(by_turn or "–")])
     table = ('<div class="wrap"><table><thead><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"

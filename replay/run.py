@@ -403,6 +403,8 @@ def _output(items: list[Item], workload: Workload, options: ReplayOptions, env: 
     from slogate.replay import sessions
 
     results.sessions = sessions.summarize(records)
+    if results.sessions is not None and signum is None:  # interrupted: not_sent_requests says it
+        results.sessions.unsent_turns = max(len(workload.requests) - len(items), 0)
     results.prefix_cache_hit_rate = sessions.prefix_hit_rate(sim_stats)
     return RunOutput(results=results, records=records, header=header, client_cpu_s=cpu, sim_stats=sim_stats,
                      signal=signum)

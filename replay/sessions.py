@@ -186,6 +186,7 @@ class SessionsSummary(msgspec.Struct, omit_defaults=True):
     subagents: int = 0
     turns: int = 0
     failed_turns: int = 0
+    unsent_turns: int = 0  # turns never sent: an earlier turn of their session failed (--on-turn-error stop)
     duration_s: Dist = msgspec.field(default_factory=Dist)  # first send → last completion, per session
     time_to_finish_s: Dist = msgspec.field(default_factory=Dist)  # run start → session's last completion
     model_time_s: float = 0.0  # Σ e2e over turns

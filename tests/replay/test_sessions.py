@@ -178,6 +178,7 @@ def test_stop_on_turn_error_ends_the_session(tmp_path) -> None:
     assert sum(r.session == "b" for r in cont.records) == 3
     assert sum(r.session == "b" for r in stop.records) == 2
     assert cont.results.sessions.failed_turns == 1
+    assert (cont.results.sessions.unsent_turns, stop.results.sessions.unsent_turns) == (0, 1)  # counted, not lost
 
 
 def test_bundled_agentic_sample_replays_on_llama31_70b() -> None:
