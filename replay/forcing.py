@@ -53,7 +53,15 @@ def choose(spec: str, server_kind: str) -> Forcing:
             bias = orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise UsageError(f"bad --force-output {spec!r}: expected logit-bias:JSON, e.g. logit-bias:'{{\"1\": -100}}'") from None
-        if not isinstance(bias, dict) or not all(isinstance(v, int | float) for v in bias.values()):
-            raise UsageError(f"bad --force-output {spec!r}: the JSON must map token ids to numbers")
-        return Forcing("logit_bias", {str(k): float(v) for k, v in bias.items()})
+        if not _token_bias(bias):  # a key like "abc" failed every request on llama.cpp (HTTP 500)
+            raise UsageError(f"bad --force-output {spec!r}: the JSON must map token ids (whole numbers ≥ 0) "
+                             "to numbers, e.g. logit-bias:'{\"1\": -100}'")
+        return Forcing("logit_bias", {str(int(k)): float(v) for k, v in bias.items()})
     raise UsageError(f"bad --force-output {spec!r}: use auto, ignore_eos, min_tokens, logit-bias:JSON or none")
+
+
+def _token_bias(bias: object) -> bool:
+    """A non-empty {token id: number} map (ids as the JSON object's keys, numbers not booleans)."""
+    return (isinstance(bias, dict) and bool(bias)
+            and all(k.strip().isascii() and k.strip().isdigit() and isinstance(v, int | float) and not isinstance(v, bool)
+                    for k, v in bias.items()))

@@ -36,8 +36,8 @@ def parse_lengths(spec: str, *, what: str = "length") -> Sampler:
     """fixed:N | N | uniform:MIN,MAX | lognormal:median=M,sigma=S[,max=X] | empirical:TRACE[:input|output]."""
     kind, _, body = spec.partition(":")
     kind = kind.strip().lower()
-    if kind.isdigit():
-        n = int(kind)
+    if kind.isdigit():  # a bare N is fixed:N (and must be a length too: "0" ran 0-token prompts and outputs)
+        n = _int(kind, spec, what)
         return lambda rng: n
     if kind == "fixed":
         n = _int(body, spec, what)
@@ -51,16 +51,29 @@ def parse_lengths(spec: str, *, what: str = "length") -> Sampler:
             raise WorkloadError(f"bad {what} {spec!r}: need 1 ≤ MIN ≤ MAX")
         return lambda rng: rng.randint(lo, hi)
     if kind == "lognormal":
-        p = parse_params(body, what)
-        if "median" not in p and "mean" not in p:
-            raise WorkloadError(f"bad {what} {spec!r}: expected lognormal:median=N,sigma=S")
-        sigma = p.get("sigma", 0.5)
-        mu = math.log(p["median"]) if "median" in p else math.log(p["mean"]) - sigma * sigma / 2
-        cap = int(p.get("max", 1 << 20))
-        return lambda rng: max(1, min(cap, round(rng.lognormvariate(mu, sigma))))
+        return _lognormal(parse_params(body, what), spec, what)
     if kind == "empirical":
         return _empirical(body, spec, what)
     raise WorkloadError(f"unknown {what} distribution {spec!r}: use fixed:N, uniform:MIN,MAX, lognormal:median=N,sigma=S or empirical:TRACE")
+
+
+def _lognormal(p: dict[str, float], spec: str, what: str) -> Sampler:
+    """Lognormal lengths, rounded and clamped to [1, max]; bad parameters are refused, not a traceback."""
+    if "median" not in p and "mean" not in p:
+        raise WorkloadError(f"bad {what} {spec!r}: expected lognormal:median=N,sigma=S")
+    center = p.get("median", p.get("mean", 0.0))
+    sigma = p.get("sigma", 0.5)
+    cap = int(p.get("max", 1 << 20))
+    if center <= 0 or sigma < 0 or cap < 1:
+        raise WorkloadError(f"bad {what} {spec!r}: need median (or mean) > 0, sigma ≥ 0 and max ≥ 1")
+    mu = math.log(center) if "median" in p else math.log(center) - sigma * sigma / 2
+    top = math.log(cap) + 1.0  # exp of a larger draw would only be clamped to cap (and may overflow a float)
+
+    def draw(rng: random.Random) -> int:
+        z = rng.normalvariate(mu, sigma)  # = rng.lognormvariate(mu, sigma) before exp: the same seeded draws
+        return max(1, min(cap, round(math.exp(min(z, top)))))
+
+    return draw
 
 
 def _int(body: str, spec: str, what: str) -> int:
