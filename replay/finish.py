@@ -47,13 +47,21 @@ def collect(items: list[Item], workload: Workload, env: Environment, *, slos: Se
     items.sort(key=lambda it: (it.record.t, it.index))
     measured = [it for it in items if not it.warmup]
     records = [it.record for it in measured]
-    planned = [Planned(it.input_tokens, it.record.max_tokens) for it in measured]
+    planned = [Planned(_as_counted(it.input_tokens, env), it.record.max_tokens) for it in measured]
     summary = summarize(records, planned, slos=slos, cost_per_hour=cost_per_hour, lag_bound_s=lag_bound_s,
                         open_loop=not workload.concurrency, input_floor=input_floor(env))
     summary.warmup_requests = len(items) - len(measured)
     header = TraceHeader(slogate_version=__version__, start_unix=env.start_unix, block_size=workload.block_size,
                          block_unit="tokens", tokens_source=None, slos=env.slo, source="replay")
     return Results(environment=env, summary=summary), records, header
+
+
+def _as_counted(planned: int | None, env: Environment) -> int | None:
+    """A planned prompt length as the server's prompt_tokens counts it: `content` plans leave out what the
+    target adds (BOS, chat template); unknown, there is no input drift to report."""
+    if planned is None or env.prompt_tokens != "content":
+        return planned
+    return None if env.prompt_added_tokens is None else planned + env.prompt_added_tokens
 
 
 def input_floor(env: Environment) -> int | None:

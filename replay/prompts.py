@@ -34,6 +34,7 @@ class PromptPlan(msgspec.Struct):
     tokenizer: str = "none"  # where the counts came from: "server:/tokenize", "file:…", "calibrated"
     exact: bool = True  # additivity verified on the target's tokenizer
     anchor_tokens: int = 0  # tokens of the anchor alone (no BOS, no template): the `content` convention's base
+    added_tokens: int | None = None  # `content`: tokens the target adds to the content (BOS, template); None: unknown
 
 
 class PromptBuilder:
@@ -156,10 +157,23 @@ async def _special_tokens(counter: TokenCounter) -> int:
         return 0
 
 
-def content_convention(plan: PromptPlan) -> PromptPlan:
+def content_convention(plan: PromptPlan, added_tokens: int | None) -> PromptPlan:
     """The plan whose request lengths count the message content only (AIPerf, guidellm, vllm bench):
-    the target's BOS and chat template come on top, so the server's prompt_tokens is larger."""
-    return msgspec.structs.replace(plan, base_tokens=plan.anchor_tokens)
+    the target's BOS and chat template come on top (`added_tokens`, when measured), so the server's
+    prompt_tokens is larger by them."""
+    return msgspec.structs.replace(plan, base_tokens=plan.anchor_tokens, added_tokens=added_tokens)
+
+
+async def content_added_tokens(counter: TokenCounter, plan: PromptPlan, *, chat: bool | None) -> int | None:
+    """What the target adds to a content-convention prompt: for completions its BOS (known from the
+    calibrated plan); for chat (`chat` True) its template too, measured as calibration measures it
+    (`chat` None: chat, but no calibration chats allowed, so unknown)."""
+    if chat is None:
+        return None
+    if not chat:
+        return max(0, plan.base_tokens - plan.anchor_tokens)
+    overhead = await _chat_overhead(counter, PromptBuilder(plan), plan.block_size)
+    return None if overhead is None or not overhead[1] else max(0, overhead[0] - plan.anchor_tokens)
 
 
 async def _chat_overhead(counter: TokenCounter, probe: PromptBuilder, block_size: int) -> tuple[int, bool] | None:

@@ -59,6 +59,9 @@ class Environment(msgspec.Struct, omit_defaults=True):
     recorded_by: dict[str, str] = {}  # field -> where its value came from ("server /props", "label", …)
     prompt_tokens: str | None = None  # length convention: "server" (prompt_tokens incl. template) | "content"
     prompt_lengths_checked: str | None = None  # "8 of 8 exact on server:/tokenize": sampled prompts counted before the run
+    # --prompt-tokens content: tokens the target adds to every prompt (BOS, chat template), measured; input drift
+    # compares the plan plus these with the server's prompt_tokens (None: not measured, no input drift)
+    prompt_added_tokens: int | None = None
     warmup_traffic: dict[str, int] = {}  # requests sent before the run, by kind: tokenize, calibration_chat, …
 
 

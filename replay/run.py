@@ -26,7 +26,14 @@ from slogate.replay import finish, measure
 from slogate.replay.client import ClientConfig
 from slogate.replay.forcing import Forcing, choose
 from slogate.replay.interrupt import Interrupt, Interrupted
-from slogate.replay.prompts import WORDS, PromptPlan, calibrate, content_convention, verify
+from slogate.replay.prompts import (
+    WORDS,
+    PromptPlan,
+    calibrate,
+    content_added_tokens,
+    content_convention,
+    verify,
+)
 from slogate.replay.redact import redact
 from slogate.replay.results import Environment, Results
 from slogate.replay.sessions import SESSION_HEADER
@@ -306,6 +313,7 @@ async def _run_http(workload: Workload, options: ReplayOptions, url: str, path: 
     env.models = info.models
     env.prompt_base_tokens = plan.base_tokens if plan.tokenizer != "none" else None
     env.prompt_tokens = options.prompt_tokens
+    env.prompt_added_tokens = plan.added_tokens
     env.warmup_traffic = {k: v for k, v in sorted(traffic.items()) if v}
     if checked is not None:
         env.prompt_lengths_checked = f"{checked[0]} of {checked[1]} exact on {plan.tokenizer}"
@@ -362,7 +370,12 @@ async def _prompt_plan(session: aiohttp.ClientSession, url: str, model: str | No
                                chat_counter=fallback)
         if chat and not content and not options.calibrate:
             plan.exact = False  # chat template not measured (--no-calibrate): server lengths are off by it
-        return (content_convention(plan) if content else plan), counter
+        if content:  # what the server will count on top of each plan: the honest input drift needs it
+            # on the counter alone: a chat template is counted only where that sends no chat (a /tokenize that
+            # applies templates; usage when calibrating by usage anyway), so `content` still sends no chat to calibrate
+            added = await content_added_tokens(counter, plan, chat=(True if options.calibrate else None) if chat else False)
+            return content_convention(plan, added), counter
+        return plan, counter
     except (TimeoutError, aiohttp.ClientError) as exc:
         raise UsageError(f"prompt calibration against {url} failed: {exc}") from None
 

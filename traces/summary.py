@@ -269,11 +269,10 @@ def _add_drift(summary: RunSummary, records: Sequence[RequestRecord], planned: S
     for plan, rec in zip(planned, records, strict=True):
         if is_error(rec):
             continue
-        if plan.input_tokens is not None and rec.input_tokens is not None and not rec.input_estimated:
-            if input_floor is not None and plan.input_tokens < input_floor:
-                unreachable += 1
-            else:
-                ins.append((plan.input_tokens, rec.input_tokens))
+        if plan.input_tokens is not None and input_floor is not None and plan.input_tokens < input_floor:
+            unreachable += 1  # known before sending: also when the server reports no count (a stream without usage)
+        elif plan.input_tokens is not None and rec.input_tokens is not None and not rec.input_estimated:
+            ins.append((plan.input_tokens, rec.input_tokens))
         if plan.output_tokens is not None and rec.output_tokens is not None:
             outs.append((plan.output_tokens, rec.output_tokens))
     d_in, d_out = _drift(ins), _drift(outs)

@@ -36,6 +36,12 @@ def test_server_and_content_conventions_differ_by_the_template() -> None:
     # lengths checked on the target's tokenizer before the run, as each convention counts them
     assert server.results.environment.prompt_lengths_checked == "6 of 6 exact on server:/tokenize"
     assert content.results.environment.prompt_lengths_checked == "6 of 6 exact on server:/tokenize"
+    # content plans leave the template out; the drift compares plan + what the server adds (counted on its
+    # /tokenize, no chat sent), so an exact run shows none (it read 19 % drift, every request "off")
+    assert content.results.environment.prompt_added_tokens == TEMPLATE
+    for out in (server, content):
+        s = out.results.summary
+        assert (s.input_token_drift, s.input_drift_requests, s.unreachable_requests) == (0.0, 0, 0)
 
 
 def test_no_calibrate_sends_no_chat_and_needs_a_tokenizer() -> None:

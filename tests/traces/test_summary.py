@@ -103,3 +103,12 @@ def test_a_window_of_no_time_has_no_rates():
     assert s.duration_s == 0.0 and s.requests == 1 and s.failed == 1
     assert (s.request_rate_rps, s.output_tokens_per_s, s.total_tokens_per_s, s.samples_per_s) == (0.0, 0.0, 0.0, 0.0)
     assert (s.goodput_rps, s.goodput_tokens_per_s, s.slo_attainment) == (0.0, 0.0, 0.0)
+
+
+def test_a_plan_shorter_than_the_template_is_unreachable_without_a_server_count():
+    """llama.cpp streams no usage: a 3-token plan under a 9-token template was counted unreachable only
+    when the server reported a count; the plan alone says it."""
+    recs = [RequestRecord(t=0.0, e2e=1.0, ttft=0.5, output_tokens=2, input_tokens=None),
+            RequestRecord(t=1.0, e2e=1.0, ttft=0.5, output_tokens=2, input_tokens=20)]
+    s = summarize(recs, planned=[Planned(3, 2), Planned(20, 2)], input_floor=9)
+    assert s.unreachable_requests == 1 and s.input_token_drift == 0.0 and s.input_drift_requests == 0
