@@ -16,11 +16,13 @@ from typing import Any, Protocol
 import orjson
 
 from slogate.gateway import assemble
+from slogate.gateway.body_budget import BodyBudget
 from slogate.gateway.config import is_trusted
 from slogate.gateway.epp import messages as m
+from slogate.gateway.errors import json_error
 from slogate.gateway.headers import CONTROL_PREFIX
 from slogate.gateway.recorder import Recorder
-from slogate.gateway.routing.admission import Rejected, parse_priority, rejection_response
+from slogate.gateway.routing.admission import Closed, Rejected, parse_priority, rejection_response
 from slogate.gateway.routing.health import OTHER, outcome_of
 from slogate.gateway.routing.router import Router, RouteRequest
 from slogate.gateway.routing.upstreams import Lease, host_port
@@ -45,14 +47,17 @@ class Parts(Protocol):
     recorder: Recorder
     start_ns: int
     empty: bool  # no endpoint at all (an empty endpoints file): answer 503
+    stopping: bool  # the shutdown grace is over: streams cut now were cut by the shutdown
+    max_body: int  # --max-body-bytes: a larger request body is answered 413
+    budget: BodyBudget  # --max-inflight-body-bytes: request-body bytes the EPP holds at once
 
 
 class EppExchange:
     """State of one ext_proc stream (see the module docstring)."""
 
-    __slots__ = ("body", "busy_ns", "drop", "headers", "info", "inject", "lease", "local_error", "obs", "outcome",
-                 "parsed", "parts", "path", "priority_header", "route", "router", "seen", "sse_answer", "status",
-                 "strip", "t0", "t_last", "tpot", "trusted", "ttft")
+    __slots__ = ("answered", "body", "body_held", "busy_ns", "drop", "headers", "info", "inject", "lease",
+                 "local_error", "obs", "outcome", "parsed", "parts", "path", "priority_header", "route", "router",
+                 "seen", "sse_answer", "status", "strip", "t0", "t_last", "tpot", "trusted", "ttft")
 
     def __init__(self, parts: Parts, *, inject_usage: bool, priority_header: str, trusted: list) -> None:
         self.parts = parts
@@ -66,6 +71,8 @@ class EppExchange:
         self.headers: dict[str, str] = {}
         self.path = ""
         self.body: list[bytes] = []
+        self.body_held = 0  # request-body bytes held, taken from the process-wide body budget
+        self.answered = False  # answered with an immediate response: later messages are ignored
         self.parsed: Any = None
         self.info: RequestInfo | None = None  # None once recorded (or for unmeasured paths)
         self.strip = False  # include_usage was injected: its usage-only chunk is removed from the answer
@@ -92,10 +99,14 @@ class EppExchange:
         kind = req.kind
         if kind == "response_body":  # the hot path: one per response chunk
             return self._response_body(req.body, req.end_of_stream, t)
+        if self.answered:  # Envoy answered the client for the EPP: what it still sends goes nowhere
+            return []
         if kind == "request_headers":
             return await self._request_headers(req, t)
         if kind == "request_body":
-            self.body.append(req.body)
+            refusal = self._hold(req.body)
+            if refusal is not None:
+                return refusal
             if not req.end_of_stream:
                 return []
             return await self._route(t, body_end=True)
@@ -123,13 +134,54 @@ class EppExchange:
         self.path = self.headers.get(":path", "/").split("?", 1)[0]
         if msg.end_of_stream:  # no body (GET /v1/models, ...): route on the headers alone
             return await self._route(t, body_end=None)
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.parts.max_body:  # as the gateway: refused before the body
+            return self._too_large(int(length))
         return []  # full duplex: answered once the whole body is here
+
+    # ------------------------------------------------------------------ the request body: bounded
+    def _hold(self, data: bytes) -> Responses | None:
+        """Keep a request-body chunk until the body is complete; the refusal when the body outgrows
+        --max-body-bytes (413) or the process-wide --max-inflight-body-bytes budget (503)."""
+        n = len(data)
+        if self.body_held + n > self.parts.max_body:
+            return self._too_large(-1)
+        if not self.parts.budget.take(n):
+            self._release_body()
+            self.answered = True
+            return [m.immediate(503, self.parts.budget.refusal_body(), (("Retry-After", "1"),),
+                                details="slogate_epp_body_budget")]
+        self.body_held += n
+        self.body.append(data)
+        return None
+
+    def _release_body(self) -> None:
+        self.body = []
+        if self.body_held:
+            self.parts.budget.give(self.body_held)
+            self.body_held = 0
+
+    def _too_large(self, length: int) -> Responses:
+        """413 `request_too_large` (the gateway's answer and record); `length` as announced, -1 when
+        the body grew past the limit."""
+        self._release_body()
+        self.answered = True
+        self.parts.budget.too_large()
+        limit = self.parts.max_body
+        if self.headers.get(":method") == "POST" and self.path in MEASURED_ENDPOINTS:
+            obs = StreamObserver(self.t0, stream=False, endpoint=self.path)
+            record = obs.finish(perf_counter_ns(), status=413, error="request_too_large")
+            record.t = (self.t0 - self.parts.start_ns) * assemble.NS
+            assemble.hand_off(self.parts.recorder, record, None)
+        detail = f"limit {limit} bytes" + (f", got {length}" if length >= 0 else "") + "; raise --max-body-bytes"
+        reply = json_error("request_too_large", detail)
+        return [m.immediate(reply.status, reply.body, details="slogate_epp_request_too_large")]
 
     async def _route(self, t: int, *, body_end: bool | None) -> Responses:
         """`body_end`: True when the body ended with its last chunk, False when with trailers, None
         when the request has no body."""
         body = b"".join(self.body)
-        self.body = []
+        self._release_body()  # handed to Envoy with the answer below
         send = body
         headers = self.headers
         info: RequestInfo | None = None
@@ -146,18 +198,23 @@ class EppExchange:
         if self.parts.empty:
             self._record_unsent(503, "rejected", None, None)
             return [m.immediate(503, _NO_ENDPOINT, details="slogate_epp_no_endpoint")]
-        self.router = router = self.parts.router
-        priority = parse_priority(headers.get(self.priority_header)) if router.admission else 0
-        self.route = route = router.request(info, self.parsed, priority)
         try:
-            self.lease = lease = await router.acquire(route)
+            self.lease = lease = await self._acquire(info, headers)
         except Rejected as rejected:
             self._record_unsent(429, "rejected", rejected.pool, rejected.queue_s)
             reply = rejection_response(rejected)
             return [m.immediate(reply.status, reply.body, reply.headers, details="slogate_epp_rejected")]
+        except Closed as closed:  # the shutdown grace ended while it waited
+            self._record_unsent(503, "shutdown", closed.pool, closed.queue_s)
+            reply = json_error("shutdown")
+            return [m.immediate(reply.status, reply.body, (("Retry-After", "1"),), details="slogate_epp_shutdown")]
         except asyncio.CancelledError:  # Envoy reset the stream while the request was queued
-            self._record_unsent(499, "client_disconnect", route.pool, route.queue_s)
+            route = self.route
+            assert route is not None
+            self._record_unsent(499, "shutdown" if self.parts.stopping else "client_disconnect", route.pool,
+                                route.queue_s)
             raise
+        self.busy_ns -= int(lease.queue_s * 1e9)  # waiting in the admission queue is not EPP work
         endpoint = host_port(lease.upstream.spec.url)
         if self.strip:  # the body grew: its length, and an identity stream so the usage chunk can be cut
             out = [m.route_to(endpoint, set_headers=[("content-length", str(len(send)))],
@@ -167,6 +224,28 @@ class EppExchange:
         if body_end is not None:
             out.append(m.request_body(send, body_end))
         return out
+
+    async def _acquire(self, info: RequestInfo | None, headers: dict[str, str]) -> Lease:
+        """A lease from the current router. A new endpoint list replaces the router and closes the old
+        one's admission queue: a request waiting there waits again in the new one (its time counted)."""
+        waited = 0.0
+        while True:
+            self.router = router = self.parts.router
+            priority = parse_priority(headers.get(self.priority_header)) if router.admission else 0
+            self.route = route = router.request(info, self.parsed, priority)
+            try:
+                lease = await router.acquire(route)
+            except (Rejected, Closed) as exc:
+                exc.queue_s += waited
+                if isinstance(exc, Closed) and self.parts.router is not router and not self.parts.stopping:
+                    waited = exc.queue_s
+                    continue
+                raise
+            except asyncio.CancelledError:
+                route.queue_s += waited
+                raise
+            lease.queue_s += waited
+            return lease
 
     def _record_unsent(self, status: int, error: ErrorClass, pool: str | None, queue_s: float | None) -> None:
         info, self.info = self.info, None
@@ -225,9 +304,11 @@ class EppExchange:
     # ------------------------------------------------------------------ the end: one record
     def close(self) -> None:
         """The ext_proc stream ended: a request not yet recorded was cut (Envoy's reset: the client left
-        or the endpoint broke; the protocol does not say which, so it is not held against the endpoint)."""
+        or the endpoint broke; the protocol does not say which, so it is not held against the endpoint;
+        or the EPP's shutdown grace ended)."""
+        self._release_body()
         if self.info is not None and self.lease is not None:
-            self.record(None, "client_disconnect")
+            self.record(None, "shutdown" if self.parts.stopping else "client_disconnect")
         lease, self.lease = self.lease, None
         if lease is not None and self.router is not None:
             self.router.release(lease, self.outcome, self.ttft, self.tpot)

@@ -1,8 +1,10 @@
 """Apply a new endpoint list to the EPP: the gateway's router is replaced by one over the new list.
 
 The one apply path of every endpoint source (the endpoints file, the Kubernetes EndpointSlice watch):
-counters carry over, in-flight requests finish on the old router, an empty list answers 503. Runs on
-the event loop only; a source in another thread hands lists over with `offer_threadsafe`.
+counters carry over; an endpoint in both lists keeps its load (its in-flight leases move to the new
+router), latency and health view; requests waiting for admission wait again in the new router's queue;
+in-flight requests on an endpoint that left finish on the old router; an empty list answers 503. Runs
+on the event loop only; a source in another thread hands lists over with `offer_threadsafe`.
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from slogate.gateway.routing.router import Router
-from slogate.gateway.routing.upstreams import parse_upstream
+from slogate.gateway.routing.upstreams import Lease, parse_upstream
 from slogate.gateway.upstream import Upstream
 
 if TYPE_CHECKING:
@@ -22,8 +25,46 @@ if TYPE_CHECKING:
 log = logging.getLogger("slogate.epp")
 
 
+# What an endpoint in both lists keeps of its UpstreamState besides its load (which moves with its leases).
+_CARRIED = ("ttft_ewma", "tpot_ewma", "healthy", "ok_streak", "check_fails", "fail_streak", "ejected_until",
+            "backoff_s", "ejections", "scraped_waiting", "scraped_kv_usage", "scraped_at", "last_reason")
+
+
+class Stream(Protocol):
+    """An open ext_proc stream (gateway/epp/exchange.py): the router its lease is from, and the lease."""
+
+    router: Router | None
+    lease: Lease | None
+
+
 class Picker(Protocol):
     empty: bool  # no endpoint: the EPP answers 503
+    streams: set  # the open Streams
+
+
+def carry_over(new: Router, old: Router, streams: Iterable[Stream]) -> None:
+    """An endpoint in both routers keeps its view in `new`, and the open leases on it move there: their
+    draw-down and release land where the next pick (and the admission limit) looks."""
+    for state in new.states:
+        was = old.by_name.get(state.name)
+        if was is not None:
+            for name in _CARRIED:
+                setattr(state, name, getattr(was, name))
+    for stream in streams:
+        lease = stream.lease
+        if lease is None or not lease.open or stream.router is new:
+            continue
+        state = new.by_name.get(lease.upstream.name)
+        if state is None:  # its endpoint left the pool: the request finishes on the router it came from
+            continue
+        held = lease.prompt_tokens + lease.remaining_tokens
+        was = lease.upstream
+        was.inflight_requests -= 1
+        was.inflight_tokens -= held
+        state.inflight_requests += 1
+        state.inflight_tokens += held
+        lease.upstream = state
+        stream.router = new
 
 
 class PoolUpdater:
@@ -68,7 +109,9 @@ class PoolUpdater:
             ups.append(u)
         c = gw.routing_collector  # /metrics reads the new router's gauges from now on
         c.m, c.queue_depths, c.health = new.metrics, new.queue_depths, new.health_states
+        carry_over(new, old, self.picker.streams)  # no await from here to the swap
         gw.router = gw.relay.router = new
+        old.close_admission()  # its waiters wait again in the new router's queue (exchange.py)
         gw.upstreams = ups
         self.picker.empty = False
         self.current = list(urls)

@@ -9,6 +9,7 @@ itself: Envoy forwards what each `EppExchange` answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from slogate.gateway.epp.kube import SliceWatch
 
 log = logging.getLogger("slogate.epp")
+# After the shutdown grace: time for the requests still queued to be answered 503 before the
+# streams left are cut.
+_LAST_ANSWERS_S = 0.5
 
 
 class Picker:
@@ -41,7 +45,16 @@ class Picker:
         self.recorder = gateway.recorder
         self.start_ns = gateway.start_ns
         self.empty = False  # the endpoint source lists none: every request is answered 503
-        self.active = 0  # ext_proc streams open now
+        self.stopping = False  # the shutdown grace is over (streams cut now are recorded as `shutdown`)
+        self.max_body = gateway.cfg.max_body_bytes
+        self.budget = gateway.body_budget  # the gateway's /metrics families count its refusals
+        self.streams: set[EppExchange] = set()  # the ext_proc streams open now (pool.py re-homes their leases)
+        self.idle = asyncio.Event()  # set while no stream is open
+        self.idle.set()
+
+    @property
+    def active(self) -> int:
+        return len(self.streams)
 
     @property
     def router(self) -> Router:  # the gateway's, replaced when the endpoints file changes
@@ -50,14 +63,29 @@ class Picker:
     async def process(self, requests: AsyncIterator[m.Incoming],
                       context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         ex = EppExchange(self, inject_usage=self.inject, priority_header=self.priority_header, trusted=self.trusted)
-        self.active += 1
+        self.streams.add(ex)
+        self.idle.clear()
         try:
             async for req in requests:
                 for resp in await ex.on_message(req):
                     yield resp
         finally:
-            self.active -= 1
+            self.streams.discard(ex)
+            if not self.streams:
+                self.idle.set()
             ex.close()
+
+    async def drain(self, server: grpc.aio.Server, grace: float) -> None:
+        """Stop taking streams, let the open ones finish for up to `grace`; then answer the requests
+        still queued 503 `shutdown` and cut the rest (recorded as `shutdown`, as the gateway does)."""
+        stopped = asyncio.ensure_future(server.stop(grace + _LAST_ANSWERS_S))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.idle.wait(), grace)
+        if self.streams:
+            log.warning("grace period over: ending %d ext_proc streams", len(self.streams))
+        self.stopping = True
+        self.router.close_admission()
+        await stopped
 
     def handler(self) -> grpc.GenericRpcHandler:
         method = grpc.stream_stream_rpc_method_handler(
@@ -105,7 +133,7 @@ async def serve(cfg: GatewayConfig, *, endpoints_file: str | None = None, kube: 
         if updater is not None and kube is not None:
             kube.stop()
             await updater.stop()
-        await server.stop(cfg.shutdown_grace)
+        await picker.drain(server, cfg.shutdown_grace)
         if admin_server is not None:
             admin_server[0].close()
             await http_server.drain(admin_server[1], 5.0)
