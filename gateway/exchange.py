@@ -92,7 +92,7 @@ class Exchange:
         self.body = body
         self.strip = strip
         self.t0 = t0
-        self.t_body = t_body
+        self.t_body = t_body  # from here the gateway works on it (body read and admitted): its overhead's start
         self.obs: StreamObserver | None = None
         self.conn: UpstreamConn | None = None
         self.stream: Stream | None = None

@@ -86,8 +86,10 @@ class Relay:
             self._record_unsent(t0, info, 499, "shutdown" if self.stopping else "client_disconnect",
                                 route.pool, route.queue_s)
             raise
+        # the gateway's own time starts when the request is admitted: a wait in the admission queue is not overhead
+        t_admitted = t_body + round(lease.queue_s * 1e9) if lease.queue_s else t_body
         exchange = Exchange(self, request, route, lease, info, parsed if self.keep_parsed else None, send, strip,
-                            t0, t_body)
+                            t0, t_admitted)
         del body, send, parsed  # the exchange holds the body until the upstream has it, then drops it
         await exchange.run()
 
