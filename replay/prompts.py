@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 
 import msgspec
 
@@ -110,16 +111,19 @@ async def select_vocab(counter: TokenCounter, candidates: list[str], base: int, 
 
 
 async def calibrate(counter: TokenCounter, *, chat: bool, seed: int, block_size: int,
-                    chat_counter: TokenCounter | None = None) -> PromptPlan:
+                    chat_counter: TokenCounter | None = None, server_counter: TokenCounter | None = None) -> PromptPlan:
     """Find the one-token vocabulary and the constant overhead on the target, and verify additivity.
 
     Overhead = count(anchor + n words) − n; it is measured at two lengths for the endpoint in use
     (chat adds the template). Additivity is checked on a prompt built from two hash blocks. Bare
-    words are tried first; the `Text:` anchor only when they do not add up.
+    words are tried first; the `Text:` anchor only when they do not add up. `server_counter` (a local
+    tokenizer file's run): the completions overhead is measured on the target too, which may add a BOS
+    the file does not.
     """
     plan = None
     for anchor in ("", ANCHOR):
-        plan = await _try(counter, anchor, chat=chat, seed=seed, block_size=block_size, chat_counter=chat_counter)
+        plan = await _try(counter, anchor, chat=chat, seed=seed, block_size=block_size, chat_counter=chat_counter,
+                          server_counter=server_counter)
         if plan.exact:
             return plan
     assert plan is not None
@@ -127,7 +131,7 @@ async def calibrate(counter: TokenCounter, *, chat: bool, seed: int, block_size:
 
 
 async def _try(counter: TokenCounter, anchor: str, *, chat: bool, seed: int, block_size: int,
-               chat_counter: TokenCounter | None) -> PromptPlan:
+               chat_counter: TokenCounter | None, server_counter: TokenCounter | None) -> PromptPlan:
     base0 = await counter.count(anchor) if anchor else await counter.count("")
     special = await _special_tokens(counter) if anchor else base0
     vocab = await select_vocab(counter, list(WORDS), base0, anchor)
@@ -141,8 +145,12 @@ async def _try(counter: TokenCounter, anchor: str, *, chat: bool, seed: int, blo
     exact = len(vocab) >= 16 and await counter.count(probe.text(sample)) == sample.input_tokens
     if chat:
         overhead = await _chat_overhead(chat_counter or counter, probe, block_size)
-        if overhead is not None:
-            plan.base_tokens, exact = overhead[0], exact and overhead[1]
+    elif server_counter is not None:  # the words count alike; what the target adds around them may not
+        overhead = await _overhead(server_counter.count, probe, block_size)
+    else:
+        overhead = None
+    if overhead is not None:
+        plan.base_tokens, exact = overhead[0], exact and overhead[1]
     plan.exact = exact
     return plan
 
@@ -178,8 +186,15 @@ async def content_added_tokens(counter: TokenCounter, plan: PromptPlan, *, chat:
 
 async def _chat_overhead(counter: TokenCounter, probe: PromptBuilder, block_size: int) -> tuple[int, bool] | None:
     """(template overhead, constant across lengths) for one user message."""
+    return await _overhead(counter.count_chat, probe, block_size)
+
+
+async def _overhead(count: Callable[[str], Awaitable[int | None]], probe: PromptBuilder,
+                    block_size: int) -> tuple[int, bool] | None:
+    """(tokens added around the words, constant across lengths): `count` of the anchor and n words, minus n,
+    at two lengths."""
     texts = [probe.plan.anchor + "".join(probe.block_words(1 << 61, k)) for k in (8, min(block_size, 200))]
-    counts = [await counter.count_chat(t) for t in texts]
+    counts = [await count(t) for t in texts]
     if counts[0] is None or counts[1] is None:
         return None
     o1, o2 = counts[0] - 8, counts[1] - min(block_size, 200)

@@ -366,8 +366,12 @@ async def _prompt_plan(session: aiohttp.ClientSession, url: str, model: str | No
     template = chat and not content and options.calibrate
     fallback = None if isinstance(counter, UsageCounter) or not options.calibrate else _ChatFallback(counter, usage)
     try:
+        # a local file counts the words as the target does; what the target adds (its BOS) is measured on it
+        server = usage if isinstance(counter, FileTokenizer) and options.calibrate and not chat else None
         plan = await calibrate(counter, chat=template, seed=options.seed, block_size=workload.block_size,
-                               chat_counter=fallback)
+                               chat_counter=fallback, server_counter=server)
+        if server is not None and isinstance(counter, FileTokenizer):  # from now on it counts as the target does
+            counter.added = plan.base_tokens - await counter.count(plan.anchor)
         if chat and not content and not options.calibrate:
             plan.exact = False  # chat template not measured (--no-calibrate): server lengths are off by it
         if content:  # what the server will count on top of each plan: the honest input drift needs it

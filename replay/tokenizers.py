@@ -95,9 +95,10 @@ class FileTokenizer:
             raise UsageError(f"cannot load tokenizer file {path}: {exc}") from None
         self.name = f"file:{path}"
         self.traffic: dict[str, int] = {}  # a local file sends nothing
+        self.added = 0  # tokens the target adds that the file does not (its BOS), once measured on the target
 
     async def count(self, text: str) -> int:
-        return len(self._tok.encode(text).ids)
+        return len(self._tok.encode(text).ids) + self.added
 
     async def count_chat(self, text: str) -> int | None:
         return None  # no chat template in a tokenizer file: calibrated from usage instead
