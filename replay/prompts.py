@@ -151,6 +151,8 @@ async def _try(counter: TokenCounter, anchor: str, *, chat: bool, seed: int, blo
         overhead = None
     if overhead is not None:
         plan.base_tokens, exact = overhead[0], exact and overhead[1]
+    elif chat:
+        exact = False  # the template could not be measured: server lengths are off by it
     plan.exact = exact
     return plan
 

@@ -362,8 +362,9 @@ async def _prompt_plan(session: aiohttp.ClientSession, url: str, model: str | No
         if not os.path.exists(choice):
             raise UsageError(f"no such tokenizer file: {choice} (or use --tokenizer server|calibrate|none)")
         counter = FileTokenizer(choice)
-    # the template is measured only when lengths count it (server) and calibration chats are allowed
-    template = chat and not content and options.calibrate
+    # the template is measured when lengths count it (server): by calibration chats, or without sending one
+    # on a /tokenize that applies templates (--no-calibrate); a template left unmeasured makes the plan inexact
+    template = chat and not content
     fallback = None if isinstance(counter, UsageCounter) or not options.calibrate else _ChatFallback(counter, usage)
     try:
         # a local file counts the words as the target does; what the target adds (its BOS) is measured on it
@@ -372,8 +373,6 @@ async def _prompt_plan(session: aiohttp.ClientSession, url: str, model: str | No
                                chat_counter=fallback, server_counter=server)
         if server is not None and isinstance(counter, FileTokenizer):  # from now on it counts as the target does
             counter.added = plan.base_tokens - await counter.count(plan.anchor)
-        if chat and not content and not options.calibrate:
-            plan.exact = False  # chat template not measured (--no-calibrate): server lengths are off by it
         if content:  # what the server will count on top of each plan: the honest input drift needs it
             # on the counter alone: a chat template is counted only where that sends no chat (a /tokenize that
             # applies templates; usage when calibrating by usage anyway), so `content` still sends no chat to calibrate

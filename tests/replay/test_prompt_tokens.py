@@ -48,6 +48,12 @@ def test_no_calibrate_sends_no_chat_and_needs_a_tokenizer() -> None:
     with start_sim(timing="constant", ttft_ms=1, itl_ms=1) as sim:
         out = _run(sim.url, tokenizer="server", calibrate=False, prompt_tokens="content")
         assert set(out.results.environment.warmup_traffic) == {"tokenize"}
+        # server lengths: the template is measured on /tokenize (messages), still without a chat (it was not:
+        # every prompt 127 tokens for 120 planned, "(inexact)")
+        out = _run(sim.url, tokenizer="server", calibrate=False)
+        env = out.results.environment
+        assert set(env.warmup_traffic) == {"tokenize"} and not env.tokenizer.endswith("(inexact)")
+        assert {r.input_tokens for r in out.records} == {120} and out.results.summary.input_token_drift == 0.0
         with pytest.raises(UsageError, match="--no-calibrate needs a tokenizer"):
             _run(sim.url, calibrate=False)
 
