@@ -148,9 +148,16 @@ def analyze(sweep: Sweep) -> Sweep:
     return sweep
 
 
+def x_text(x: float) -> str:
+    """A load as given to the replay: `2`, `0.5`, `12.5`; more digits only where 6 would change the value
+    (`1.3396675240533031`, a speed copied from a plan), so two points never share a name or a load."""
+    short = f"{x:g}"
+    return short if float(short) == x else repr(x)
+
+
 def point_dir_name(x: float) -> str:
-    """`point-2`, `point-0.5`, `point-12.5` (no trailing zeros; stable for reruns)."""
-    return f"point-{x:g}"
+    """`point-2`, `point-0.5`, `point-12.5` (no trailing zeros; stable for reruns; one per x)."""
+    return f"point-{x_text(x)}"
 
 
 def dump(sweep: Sweep, path: str | Path) -> None:

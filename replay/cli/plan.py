@@ -8,6 +8,7 @@ plan.json). Never simulates or formats itself.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -86,9 +87,9 @@ def settings_from(ns: argparse.Namespace) -> Settings:
         raise UsageError(f"bad --attainment {ns.attainment}: a fraction in (0, 1], e.g. 0.99")
     if not 0 <= ns.headroom < 1:
         raise UsageError(f"bad --headroom {ns.headroom}: a fraction in [0, 1), e.g. 0.10")
-    if peak <= 0:
+    if not 0 < peak < math.inf:
         raise UsageError(f"bad --peak-window {ns.peak_window!r}: a positive duration, e.g. 60s")
-    if ns.at_rate is not None and ns.at_rate <= 0:
+    if ns.at_rate is not None and not 0 < ns.at_rate < math.inf:
         raise UsageError(f"bad --at-rate {ns.at_rate}: a positive request rate (req/s)")
     if not 0 < ns.precision < 1:
         raise UsageError(f"bad --precision {ns.precision}: a fraction in (0, 1), e.g. 0.02")
@@ -111,12 +112,15 @@ FEW_REQUESTS = 100  # below this, plan warns that a capacity found by speeding t
 
 def workload_from(ns: argparse.Namespace) -> tuple[wl.Workload, str | None]:
     """The trace with --window/--sample/--max-requests applied (replay's own loader and transforms)."""
+    from slogate.replay.sessions import has_sessions
     from slogate.replay.source import load_trace, trace_workload
 
     trace = load_trace(ns.trace, ns.fmt)
     w = trace_workload(trace)
+    # sessions keep their recorded times (every turn is sped up with the trace: what a speed-up means)
     opts = argparse.Namespace(window=ns.window, sample=ns.sample, seed=ns.seed, speed=None, rate=None,
-                              concurrency=None, loop=False, max_requests=ns.max_requests, warmup=None, shard=None)
+                              concurrency=None, loop=False, max_requests=ns.max_requests, warmup=None, shard=None,
+                              session_timing="recorded", session_start="recorded")
     try:
         replay_cli.transform(w, opts, None)
     except wl.WorkloadError as exc:
@@ -126,6 +130,10 @@ def workload_from(ns: argparse.Namespace) -> tuple[wl.Workload, str | None]:
     if wl.mean_rate(w.measured) is None:
         raise UsageError(f"plan needs a rate to scale: at least two requests at different times (the workload has "
                          f"{len(w.measured)}); give a longer --window or more --max-requests")
+    if has_sessions(w.measured):
+        print("slogate plan: note: the trace has sessions; each turn is sent at its recorded time, sped up with the "
+              "trace (as replay's --session-timing recorded), not think time after the previous answer",
+              file=sys.stderr, flush=True)
     if len(w.measured) < FEW_REQUESTS:
         print(f"slogate plan: warning: only {len(w.measured)} requests. Sped up, a short trace is one burst rather than "
               "a sustained load, so capacities read high and costs low; use a few hundred requests or more.",
@@ -139,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_from(ns)
     jobs = parse_jobs(ns.jobs)
     candidates = cands.expand(cands.parse_candidates(ns.candidates), cands.parse_grid(ns.grid))
+    for cand in candidates:
+        cands.check(cand)  # every engine parses before the first point is simulated
     if ns.out:
         output_dir(Path(ns.out))  # before minutes of planning
     workload, path = workload_from(ns)

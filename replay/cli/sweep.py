@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import math
 import shlex
 import sys
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ from slogate.traces.usage import UsageError
 
 MODES = (("speeds", "speed", "--speed"), ("rates", "rate", "--rate"), ("concurrency", "concurrency", "--concurrency"))
 RESERVED = ("--speed", "--rate", "--concurrency", "--out")
+UNSWEPT = ("--repeat", "--stability")  # replay options its own main() runs after the run: a sweep's points would drop them
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,7 +75,7 @@ def parse_points(text: str, flag: str, *, integer: bool = False) -> list[float]:
         values = sorted({float(v) for v in text.split(",") if v.strip()})
     except ValueError:
         raise UsageError(f"bad --{flag} {text!r}: expected comma-separated numbers, e.g. 0.5,1,2,4") from None
-    if not values or any(v <= 0 for v in values):
+    if not values or any(not 0 < v < math.inf for v in values):
         raise UsageError(f"bad --{flag} {text!r}: give one or more positive numbers, e.g. 0.5,1,2,4")
     if integer and any(v != int(v) for v in values):
         raise UsageError(f"bad --{flag} {text!r}: concurrency levels are whole numbers, e.g. 1,4,16,64")
@@ -85,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for arg in replay_args:
         if arg.split("=", 1)[0] in RESERVED:
             raise UsageError(f"{arg.split('=', 1)[0]} is set by the sweep itself; use --speeds/--rates/--concurrency and --out")
+        if arg.split("=", 1)[0] in UNSWEPT:
+            raise UsageError(f"{arg.split('=', 1)[0]} does not combine with slogate sweep (each point is one run); "
+                             "drop it, or slogate replay that point with it")
     if not replay_args:
         raise UsageError("give the trace and the replay options, e.g. slogate sweep TRACE --target URL --speeds 1,2,4 --out DIR")
     if not 0 < args.attainment <= 1:
@@ -226,7 +231,7 @@ def run_point(replay_args: Sequence[str], replay_ns: argparse.Namespace, flag: s
     name = point_dir_name(x)
     directory = out / name
     directory.mkdir(parents=True, exist_ok=True)
-    value = str(int(x)) if flag == "--concurrency" else f"{x:g}"
+    value = str(int(x)) if flag == "--concurrency" else sweep_io.x_text(x)
     ns = argparse.Namespace(**vars(replay_ns))
     setattr(ns, flag[2:], int(value) if flag == "--concurrency" else float(value))
     ns.out = str(directory)
@@ -243,7 +248,8 @@ def run_point(replay_args: Sequence[str], replay_ns: argparse.Namespace, flag: s
     point = point_from_results(x, name, results, refined=refined)
     att = "–" if point.slo_attainment is None else f"{point.slo_attainment:.1%}"
     print(f"sweep: {flag[2:]}={value}: {point.request_rate_rps:.3g} req/s, {point.output_tokens_per_s:.4g} tok/s, "
-          f"attainment {att}" + (" (degraded)" if point.degraded else ""), flush=True)
+          f"attainment {att}" + (f", {point.failed} failed" if point.failed else "")
+          + (" (degraded)" if point.degraded else ""), flush=True)
     return point, results
 
 
@@ -277,7 +283,8 @@ def print_table(sweep: Sweep, out: Path) -> None:
     rows = [header]
     for p in sweep.points:
         mark = ", ".join(m for m, on in (("knee", p.x == sweep.knee), ("max≥target", p.x == sweep.max_x_meeting_slo),
-                                          ("refined", p.refined), ("degraded", p.degraded)) if on)
+                                          ("refined", p.refined), ("degraded", p.degraded),
+                                          (f"{p.failed} failed", p.failed > 0)) if on)
         rows.append([f"{p.x:g}", f"{p.request_rate_rps:.3g}", f"{p.output_tokens_per_s:.4g}", f"{p.goodput_rps:.3g}",
                      "–" if p.slo_attainment is None else f"{p.slo_attainment:.1%}",
                      *(_ms(v) for v in (p.ttft_p50_s, p.ttft_p99_s, p.tpot_p50_s, p.tpot_p99_s)), mark])

@@ -7,8 +7,11 @@ Never simulates; the only file it reads is such a config (its `[sim]` settings).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import itertools
+import math
 import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +28,10 @@ OPTIONS = ("dtype", "kv_dtype", "tp", "replicas", "max_num_seqs", "max_num_batch
            "jitter", "seed", "interconnect", "host_step_ms", "host_seq_us", "host_kv_ns",
            "config")  # config=FILE: a `slogate sim --config` TOML, e.g. what `slogate sim calibrate` wrote
 INT_OPTIONS = ("tp", "replicas", "max_num_seqs", "max_num_batched_tokens", "max_model_len")
+NON_NEGATIVE = ("ttft_ms", "itl_ms", "jitter", "host_step_ms", "host_seq_us", "host_kv_ns")  # seconds-ish numbers ≥ 0
+SCHEDULERS = ("v1", "v0")
+ON = ("true", "on", "yes", "1")  # prefix_caching=… (the sim's only flag is --no-prefix-caching)
+OFF = ("false", "off", "no", "0")
 
 
 class Candidate(msgspec.Struct, frozen=True):
@@ -57,6 +64,8 @@ class Candidate(msgspec.Struct, frozen=True):
         link = opts.pop("interconnect", None)
         if link is not None and (fields := gpu_set(self.gpu, link)) is not None:
             opts["gpu_set"] = fields
+        if opts.pop("prefix_caching", "true").strip().lower() in OFF:
+            opts["no_prefix_caching"] = ""  # a flag without a value (replay.target.sim_args)
         return opts
 
     def int_option(self, key: str, default: int) -> int:
@@ -90,6 +99,9 @@ def parse_candidate(text: str) -> Candidate:
     except ValueError:
         raise UsageError(f"bad candidate {text!r}: options are KEY=VALUE joined by &, e.g. ?dtype=fp8&tp=2") from None
     opts = [_option(text, k, v) for k, v in pairs]
+    seen = [k for k, _ in opts]
+    if twice := next((k for k in seen if seen.count(k) > 1), None):
+        raise UsageError(f"bad candidate {text!r}: {twice} is given twice; give each option once")
     for k, v in opts:
         if k == "interconnect":
             gpu_set(gpu, v)  # nvlink on a GPU without it is an error now, not at plan time
@@ -113,7 +125,51 @@ def _option(text: str, key: str, value: str) -> tuple[str, str]:
             raise UsageError(f"bad candidate {text!r}: {exc}") from None
     if key in INT_OPTIONS and (not value.isdigit() or int(value) < 1):
         raise UsageError(f"bad candidate {text!r}: {key}={value!r} must be a positive whole number")
+    _check_value(text, key, value.strip())
     return key, value.strip()
+
+
+def _number(text: str, key: str, value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise UsageError(f"bad candidate {text!r}: {key}={value!r} must be a number")
+    return number
+
+
+def _check_value(text: str, key: str, value: str) -> None:
+    """The value checks the simulator would make only once planning ran (or with its whole usage text)."""
+    if key == "tp" and int(value) & (int(value) - 1):
+        raise UsageError(f"bad candidate {text!r}: tp={value} is not supported; use 1, 2, 4 or 8")
+    if key == "gpu_memory_utilization" and not 0.05 <= _number(text, key, value) <= 1:
+        raise UsageError(f"bad candidate {text!r}: gpu_memory_utilization={value} must be a fraction in [0.05, 1], e.g. 0.9")
+    if key in NON_NEGATIVE and _number(text, key, value) < 0:
+        raise UsageError(f"bad candidate {text!r}: {key}={value} must be ≥ 0")
+    if key == "seed" and not value.lstrip("-").isdigit():
+        raise UsageError(f"bad candidate {text!r}: seed={value!r} must be a whole number")
+    if key == "scheduler" and value.lower() not in SCHEDULERS:
+        raise UsageError(f"bad candidate {text!r}: scheduler={value!r}; use one of {', '.join(SCHEDULERS)}")
+    if key == "prefix_caching" and value.lower() not in ON + OFF:
+        raise UsageError(f"bad candidate {text!r}: prefix_caching={value!r}; use true or false")
+
+
+def check(cand: Candidate) -> None:
+    """Parse the candidate's engine as `slogate sim` would, before planning: any mistake left (e.g. a
+    timing the sim does not know) is one line naming the candidate, not the sim's usage text."""
+    from slogate.replay.sim.options import configure
+    from slogate.replay.target import sim_args
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            configure(sim_args(cand.sim_options()))
+    except SystemExit:
+        why = (said.getvalue().strip().splitlines() or ["not a simulator option"])[-1]
+        raise UsageError(f"bad candidate {cand.spec!r}: {why.removeprefix('slogate sim: error: ')}") from None
+    except UsageError as exc:
+        raise UsageError(f"bad candidate {cand.spec!r}: {exc}") from None
 
 
 def parse_candidates(text: str) -> list[Candidate]:
@@ -164,7 +220,7 @@ def parse_prices(text: str | None) -> dict[str, float]:
             price = float(value)
         except ValueError:
             price = -1.0
-        if not sep or price < 0:
+        if not sep or not 0 <= price < math.inf:
             raise UsageError(f"bad --price {item!r}: expected GPU=USD_PER_GPU_HOUR, e.g. --price h100-sxm=3,l4=0.8")
         out[catalog.find_gpu(gpu).name.lower()] = price
     return out

@@ -39,6 +39,8 @@ class Point(msgspec.Struct, kw_only=True):
     kv_blocks: int = 0
     ttft_violations: int = 0  # successful requests over the SLO's TTFT bound
     tpot_violations: int = 0  # … over its TPOT bound
+    e2e_violations: int = 0  # … over its E2E bound alone (TTFT and TPOT within theirs, or unbounded)
+    e2e_waiting: int = 0  # of those, the ones whose TTFT was the larger part of their E2E
     peak_in_flight: int = 0  # most requests between arrival and last token at once (queued or running)
     stopped_at: float | None = None  # virtual s into the run when the attainment target was lost (early stop)
     peak_running: int = 0  # most requests the engine ran at once (max_num_seqs bound only if it reached it)
@@ -151,8 +153,10 @@ def lost(w: wl.Workload, slo: Slo, attainment: float) -> Callable[[SimResult, fl
 
 def diagnose(speed: float, summary: RunSummary, records: list[RequestRecord], slo: Slo, curve: SweepPoint, *,
              preemptions: int, kv_blocks: int) -> Point:
-    ttft_bad = sum(1 for r in records if slo.ttft is not None and r.ttft is not None and r.ttft > slo.ttft)
-    tpot_bad = sum(1 for r in records if slo.tpot is not None and r.tpot is not None and r.tpot > slo.tpot)
+    ttft_bad = sum(1 for r in records if _over(r.ttft, slo.ttft))
+    tpot_bad = sum(1 for r in records if _over(r.tpot, slo.tpot))
+    e2e_only = [r for r in records if _over(r.e2e, slo.e2e) and not _over(r.ttft, slo.ttft) and not _over(r.tpot, slo.tpot)]
+    waiting = sum(1 for r in e2e_only if r.ttft is not None and r.e2e is not None and r.ttft > r.e2e - r.ttft)
     events: list[tuple[float, int]] = []
     for r in records:
         if r.e2e is not None:
@@ -163,7 +167,12 @@ def diagnose(speed: float, summary: RunSummary, records: list[RequestRecord], sl
         level += d
         peak = max(peak, level)
     return Point(speed=speed, curve=curve, summary=summary, preemptions=preemptions, kv_blocks=kv_blocks,
-                 ttft_violations=ttft_bad, tpot_violations=tpot_bad, peak_in_flight=peak)
+                 ttft_violations=ttft_bad, tpot_violations=tpot_bad, e2e_violations=len(e2e_only), e2e_waiting=waiting,
+                 peak_in_flight=peak)
+
+
+def _over(value: float | None, bound: float | None) -> bool:
+    return bound is not None and value is not None and value > bound
 
 
 def search(run: Runner, *, attainment: float, precision: float = 0.02, base_rps: float,
@@ -260,14 +269,19 @@ def binding_limit(point: Point | None, *, max_num_seqs: int, max_num_batched_tok
     - `host_overhead`: TPOT missed and most engine steps lasted as long as their host work (the
       candidate's host floor, `?host_step_ms=…`), not their GPU work;
     - `decode_bandwidth`: TPOT missed (each decode step reads weights and KV from HBM);
-    - None: nothing missed at this point."""
+    - None: nothing missed at this point.
+
+    A request that missed only the E2E bound counts with the TTFT misses when its TTFT was the larger
+    part of its E2E (it waited), else with the TPOT misses (its answer streamed too slowly)."""
     if point is None:
         return None
     if point.preemptions > 0:
         return "kv_capacity"
-    if point.ttft_violations == 0 and point.tpot_violations == 0:
+    prefill_side = point.ttft_violations + point.e2e_waiting
+    decode_side = point.tpot_violations + point.e2e_violations - point.e2e_waiting
+    if prefill_side == 0 and decode_side == 0:
         return None
-    if point.ttft_violations >= point.tpot_violations:
+    if prefill_side >= decode_side:
         if point.peak_in_flight >= max_num_seqs:
             return "scheduler:max_num_seqs"
         if max_num_batched_tokens < prompt_p90:

@@ -62,7 +62,8 @@ def footer(plan: Plan) -> list[str]:
     return [f"SLO {plan.slo} at ≥ {plan.attainment_target:.1%} attainment; operating point = capacity × "
             f"(1 − {plan.headroom:g}); replicas for the busiest {plan.peak_window_s:g}s ({plan.peak_rps:.3g} req/s){at}",
             f"trace: {plan.requests} requests at {plan.trace_rps:.3g} req/s, context p99 {plan.context_p99_tokens} "
-            f"tokens; planned in {plan.wall_s:.1f}s (virtual time, {plan.sim_build} simulator)"]
+            f"tokens; planned in {plan.wall_s:.1f}s (virtual time, {plan.sim_build} simulator)",
+            *(f"warning: {c.candidate}: {w}" for c in by_cost(plan) for w in c.warnings)]
 
 
 def print_table(plan: Plan, stream: TextIO | None = None) -> None:

@@ -24,6 +24,7 @@ from slogate.replay.sim import catalog
 from slogate.replay.sim.config import vllm_defaults
 from slogate.traces.metrics import summarize as distribution
 from slogate.traces.slo import Slo
+from slogate.traces.summary import RunSummary
 
 PLAN_SCHEMA_VERSION = 1  # later fields (tp_*, interconnect, stopped_at) are optional: old files still read
 
@@ -74,6 +75,7 @@ class CandidatePlan(msgspec.Struct, kw_only=True, omit_defaults=False):
     feasibility: feasibility.Fit | None = None
     points: list[PointRow] = []
     wall_s: float = 0.0
+    warnings: list[str] = []  # why a figure of this row cannot be fully trusted (operating_warnings)
 
 
 class Plan(msgspec.Struct, kw_only=True, omit_defaults=False):
@@ -275,13 +277,18 @@ def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, c
                                           prompt_p90=ctx.prompt_p90_tokens)
     summary = None
     if found.capacity_speed is None:
-        row.reason = f"misses {settings.attainment:.1%} SLO attainment even at {cap.MIN_SPEED:g}× the trace's rate"
+        lowest = min((p.speed for p in found.points), default=cap.MIN_SPEED)  # the search's halving may pass MIN_SPEED
+        row.reason = f"misses {settings.attainment:.1%} SLO attainment even at {lowest:.3g}× the trace's rate"
     else:
         row.operating_speed = found.capacity_speed * (1 - settings.headroom)
-        op = op_run(row.operating_speed)
-        found.points.append(op)
+        # a point the search ran to its end at this speed (--headroom 0) is the same run: not simulated twice
+        op = next((p for p in found.points if p.speed == row.operating_speed and p.stopped_at is None), None)
+        if op is None:
+            op = op_run(row.operating_speed)
+            found.points.append(op)
         summary = op.summary
         row.operating_rps = summary.offered_rate_rps or ctx.trace_rps * row.operating_speed
+        row.warnings = operating_warnings(summary, settings.attainment)
     c = costs.cost(summary, gpus_per_replica=gpus, operating_rps=row.operating_rps, peak_rps=ctx.peak_rps,
                    at_rate_rps=settings.at_rate_rps, usd_per_gpu_hour=row.usd_per_gpu_hour)
     row.replicas, row.replicas_at_rate = c.replicas, c.replicas_at_rate
@@ -292,6 +299,28 @@ def plan_candidate(workload: wl.Workload, cand: Candidate, settings: Settings, c
     row.points = [_row(p) for p in sorted(found.points, key=lambda p: p.speed)]
     row.wall_s = round(time.perf_counter() - t0, 3)
     return row
+
+
+SERVED_SHARE_MIN = 0.9  # below this share of the offered rate served inside the trace's span, the point is a burst
+
+
+def operating_warnings(summary: RunSummary, attainment: float) -> list[str]:
+    """What makes the operating point's figures untrustworthy: it misses the attainment target itself
+    (attainment is not monotone in load near the capacity), or too little of its load was served
+    inside the sped-up trace's span (the rest drained after it: the trace is short for this load, the
+    SLO held only because the burst ended, and goodput, the cost's denominator, reads low)."""
+    out = []
+    got = summary.slo_attainment
+    if got is not None and got < attainment:
+        out.append(f"the operating point misses the attainment target ({got:.1%} < {attainment:.1%}): attainment is "
+                   "not monotone in load near the capacity; plan with more --headroom")
+    offered = summary.offered_rate_rps
+    if offered and summary.request_rate_rps < SERVED_SHARE_MIN * offered:
+        out.append(f"at the operating point only {summary.request_rate_rps / offered:.0%} of the offered "
+                   f"{offered:.3g} req/s was served within the sped-up trace's {summary.duration_s:.3g} s (the rest "
+                   "after it): the trace is short for this load, so capacity may be a burst's and goodput reads low, "
+                   "cost high; plan on a longer trace or --window")
+    return out
 
 
 def _row(p: cap.Point) -> PointRow:

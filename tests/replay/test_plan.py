@@ -265,7 +265,7 @@ def test_a_host_floor_in_the_candidate_lowers_a_host_bound_tp_capacity(tmp_path:
     assert "host_overhead" in capsys.readouterr().out
     assert slogate(["plan", str(SAMPLE), "--slo", "ttft=2", "--window", "0:10", "--candidates",
                     "h100-sxm/llama-3-8b?host_step_ms=-1", "--out", str(tmp_path / "q")]) == 2
-    assert "host time per step must be ≥ 0, got -1.0 ms" in capsys.readouterr().err
+    assert "'h100-sxm/llama-3-8b?host_step_ms=-1': host_step_ms=-1 must be ≥ 0" in capsys.readouterr().err
 
 
 def test_a_calibrated_config_is_a_candidate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
