@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -88,14 +89,23 @@ def sim_args(opts: dict[str, str]) -> list[str]:
     return args
 
 
-def sim_config(opts: dict[str, str]):
-    """The virtual-time engine config for `sim:` options, parsed exactly as `slogate sim` parses them."""
+def sim_config(opts: dict[str, str], *, virtual: bool = False):
+    """The engine config for `sim:` options, parsed exactly as `slogate sim` parses them. `virtual`: for a
+    virtual-time run, which has no HTTP request for a fault to act on: faults are refused, not ignored."""
+    from slogate.replay.sim.faults import FaultConfig
     from slogate.replay.sim.options import configure
 
+    said = io.StringIO()
     try:
-        return configure(sim_args(opts))[0]
+        with contextlib.redirect_stderr(said):  # argparse's usage text: only its error line is shown
+            config, _, faults = configure(sim_args(opts))
     except SystemExit:
-        raise UsageError(f"bad sim option in --target: {sorted(opts)} (see slogate sim --help)") from None
+        why = (said.getvalue().strip().splitlines() or [""])[-1].removeprefix("slogate sim: error: ")
+        raise UsageError(f"bad sim option in --target: {why or sorted(opts)} (see slogate sim --help)") from None
+    if virtual and faults != FaultConfig():
+        raise UsageError("sim faults act on HTTP requests, which a --virtual run does not send: drop --virtual "
+                         "(the sim then runs on the real clock) or the fault options")
+    return config
 
 
 @contextlib.asynccontextmanager

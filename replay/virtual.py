@@ -39,7 +39,7 @@ def run_virtual(workload: Workload, sim_opts: dict[str, str], *, endpoint: str, 
     from slogate.replay.target import sim_config
     from slogate.replay.workload import root_session
 
-    config = sim_config(sim_opts)
+    config = sim_config(sim_opts, virtual=True)
     reqs = [
         SimRequest(arrival=p.t, prompt_tokens=p.input_tokens, output_tokens=p.output_tokens, hash_ids=p.hash_ids,
                    hash_block_tokens=p.block_size or workload.block_size, id=p.index)

@@ -57,6 +57,12 @@ def test_unreachable_target() -> None:
     (["--synthetic", "poisson:rate=3", "--header", "X Bad:1"], "bad --header 'X Bad': not a header name"),
     (["--synthetic", "poisson:rate=3", "--session-header", "Content-Length"], "bad --session-header 'Content-Length'"),
     (["--synthetic", "poisson:rate=3", "--session-header", "host"], "the replay sets host itself"),
+    # a virtual run has no HTTP request for a fault to act on: error_rate=1 gave 100 % attainment
+    (["--synthetic", "poisson:rate=3", "--target", "sim:h100-sxm/llama-3-8b?fault=error_rate=1", "--virtual"],
+     "sim faults act on HTTP requests"),
+    # the sim's argparse usage text came first, then the error
+    (["--synthetic", "poisson:rate=3", "--target", "sim:h100-sxm/llama-3-8b?tp=x", "--virtual"],
+     "bad sim option in --target: argument --tp: invalid int value: 'x'"),
 ])
 def test_bad_options(args: list[str], needle: str) -> None:
     target = [] if "--target" in args else ["--target", "http://127.0.0.1:9"]
