@@ -239,8 +239,8 @@ def transform(w: wl.Workload, ns: argparse.Namespace, duration: float | None) ->
         reqs = wl.rate(reqs, ns.rate)
         desc.append(f"rate={ns.rate:g}")
     if ns.concurrency is not None:
-        if ns.concurrency < 1:
-            raise UsageError(f"bad --concurrency {ns.concurrency}: must be ≥ 1 request in flight")
+        if not 1 <= ns.concurrency <= MAX_CONCURRENCY:  # 1e30 ran forever building its loop
+            raise UsageError(f"bad --concurrency {ns.concurrency}: must be 1 to {MAX_CONCURRENCY:,} requests in flight")
         w.concurrency, w.duration_s = ns.concurrency, duration
         desc.append(f"concurrency={ns.concurrency}" + (f" duration={ns.duration}" if ns.duration else ""))
     elif duration is not None:
@@ -403,6 +403,8 @@ def plan(ns: argparse.Namespace, *, command: list[str]) -> tuple[wl.Workload, Re
     )
     return w, options
 
+
+MAX_CONCURRENCY = 1_000_000  # requests a closed loop keeps in flight: beyond any server's seats
 
 # Headers the replay's client writes itself: the message's framing and the JSON body's type. As options
 # they would contradict it (a Content-Length of the wrong size failed every request).

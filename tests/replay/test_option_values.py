@@ -18,7 +18,8 @@ TRACE = str(Path(__file__).resolve().parents[2] / "traces" / "samples" / "azure_
     (["--speed", "inf"], "bad speed inf: must be > 0 and finite"),
     (["--rate", "0"], "bad rate 0.0: must be > 0 and finite"),
     (["--sample", "0"], "bad sample fraction 0.0: must be in (0, 1]"),
-    (["--concurrency", "0"], "bad --concurrency 0: must be ≥ 1"),
+    (["--concurrency", "0"], "bad --concurrency 0: must be 1 to 1,000,000"),
+    (["--concurrency", "10000000"], "bad --concurrency 10000000: must be 1 to 1,000,000"),  # 1e30 ran forever
     (["--cost-per-hour", "-5"], "bad --cost-per-hour -5.0"),
     (["--cost-per-hour", "nan"], "bad --cost-per-hour nan"),
     (["--timeout", "0"], "bad --timeout 0: must be > 0"),
