@@ -5,13 +5,16 @@ the SLO at a lower rate than 256, the failing points are reported and the rest g
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,21 +86,17 @@ def test_bad_grid_options_are_one_line_errors(extra: list[str], fragment: str, t
 SLOW_SERVER = "import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\ntime.sleep(120)\n"
 
 
-@SIGNAL_CASES
-def test_a_signal_while_the_server_starts_stops_it(tmp_path: Path, sig: int, status: int, word: str,
-                                                   started_ignoring: bool) -> None:
-    """SIGTERM (a CI job's timeout, `kill`) or Ctrl-C while a `--serve-cmd` server is still starting, i.e.
-    between replays, where no replay handles the signal: the sweep stops the server (its own session, so
-    nothing else would) and exits 128 + the signal, also when started with SIGINT ignored."""
+@contextlib.contextmanager
+def sweep_with_a_starting_server(tmp_path: Path, **popen: Any) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """`slogate sweep --serve-cmd` of a server that is never ready; yields (the sweep, the server's pid)
+    once the server runs. Kills whatever is left at the end."""
     trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=1)
     (tmp_path / "server.py").write_text(SLOW_SERVER)
     pid_file = tmp_path / "server.pid"
     proc = subprocess.Popen(
         [sys.executable, "-m", "slogate", "sweep", str(trace), "--slo", "ttft=0.1", "--rates", "5",
          "--out", str(tmp_path / "o"), "--serve-cmd", f"{sys.executable} {tmp_path / 'server.py'} {pid_file}",
-         "--ready-timeout", "100"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        preexec_fn=ignore_sigint if started_ignoring else None)
+         "--ready-timeout", "100"], text=True, **popen)
     server = 0
     try:
         deadline = time.monotonic() + 30
@@ -105,11 +104,7 @@ def test_a_signal_while_the_server_starts_stops_it(tmp_path: Path, sig: int, sta
             time.sleep(0.05)
             server = int(pid_file.read_text() or 0) if pid_file.exists() else 0
         assert server and running(server), proc.communicate(timeout=5)
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == status, err
-        assert f"slogate sweep: {word}; any server it started is stopped" in err
-        assert not running(server)  # stopped (SIGTERM to its group) before the sweep exited
+        yield proc, server
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -117,31 +112,29 @@ def test_a_signal_while_the_server_starts_stops_it(tmp_path: Path, sig: int, sta
             os.kill(server, signal.SIGKILL)
 
 
+@SIGNAL_CASES
+def test_a_signal_while_the_server_starts_stops_it(tmp_path: Path, sig: int, status: int, word: str,
+                                                   started_ignoring: bool) -> None:
+    """SIGTERM (a CI job's timeout, `kill`) or Ctrl-C while a `--serve-cmd` server is still starting, i.e.
+    between replays, where no replay handles the signal: the sweep stops the server (its own process group,
+    so nothing else would) and exits 128 + the signal, also when started with SIGINT ignored."""
+    with sweep_with_a_starting_server(tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      start_new_session=True,
+                                      preexec_fn=ignore_sigint if started_ignoring else None) as (proc, server):
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == status, err
+        assert f"slogate sweep: {word}; any server it started is stopped" in err
+        assert not running(server)  # stopped (SIGTERM to its group) before the sweep exited
+
+
 def test_a_killed_sweep_takes_its_server_with_it(tmp_path: Path) -> None:
     """`kill -9` of the sweep runs no handler; the server still gets SIGTERM (the parent-death signal
     it was started with) instead of holding the GPU in its own process group forever."""
-    trace = make_trace(tmp_path / "t.jsonl.zst", rate=20, seconds=1)
-    (tmp_path / "server.py").write_text(SLOW_SERVER)
-    pid_file = tmp_path / "server.pid"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "slogate", "sweep", str(trace), "--slo", "ttft=0.1", "--rates", "5",
-         "--out", str(tmp_path / "o"), "--serve-cmd", f"{sys.executable} {tmp_path / 'server.py'} {pid_file}",
-         "--ready-timeout", "100"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    server = 0
-    try:
-        deadline = time.monotonic() + 30
-        while not server and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-            server = int(pid_file.read_text() or 0) if pid_file.exists() else 0
-        assert server and running(server)
+    with sweep_with_a_starting_server(tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as (proc, server):
         proc.kill()
         proc.wait(10)
         deadline = time.monotonic() + 10
         while running(server) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not running(server)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        if server and running(server):
-            os.kill(server, signal.SIGKILL)
