@@ -2,13 +2,16 @@
 
 `submit` only encodes the record's measured fields and appends the line to a buffer; a background
 task writes the buffer every `interval` in a thread, and SIGHUP makes it reopen the file (logrotate's
-`copytruncate` is not needed). Never writes prompt or completion text, headers, keys or client addresses.
+`copytruncate` is not needed). A write that fails (full disk, directory gone) drops its lines: one warning
+per episode, one line when writing works again; the gateway goes on. Never writes prompt or completion
+text, headers, keys or client addresses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sys
 from typing import IO
 
@@ -16,6 +19,8 @@ import orjson
 
 from slogate.traces.record import RequestRecord, error_class
 from slogate.traces.usage import UsageError
+
+log = logging.getLogger("slogate.gateway")
 
 # The record fields a line carries: measurements and routing only (never content).
 FIELDS = ("endpoint", "model", "stream", "status", "finish_reason", "input_tokens", "output_tokens",
@@ -43,6 +48,8 @@ class AccessLog:
         self._file: IO[bytes] | None = None
         self._reopen = False
         self._task: asyncio.Task | None = None
+        self.failing = False  # the last write failed: the episode's lines are counted in `lost`
+        self.lost = 0
 
     def submit(self, record: RequestRecord, traceparent: str | None = None) -> None:
         self.buffer.append(access_line(record, self.start_unix))
@@ -52,22 +59,37 @@ class AccessLog:
         self._reopen = True
 
     def _open(self) -> IO[bytes]:
-        if self.path == "-":
-            return sys.stdout.buffer
-        try:
-            return open(self.path, "ab")
-        except OSError as exc:
-            raise UsageError(f"--access-log {self.path}: cannot open ({exc.strerror}); "
-                             "give a writable file path or - for stdout") from None
+        return sys.stdout.buffer if self.path == "-" else open(self.path, "ab")
 
     def _write(self, lines: list[bytes]) -> None:
-        if self._reopen or self._file is None:
-            self._reopen = False
-            if self._file is not None and self.path != "-":
-                self._file.close()
-            self._file = self._open()
-        self._file.write(b"".join(lines))
-        self._file.flush()
+        """Append `lines` (in the writer thread); on an error drop them and try again next time."""
+        try:
+            if self._reopen or self._file is None:
+                self._reopen = False
+                self._close_file()
+                self._file = self._open()
+            self._file.write(b"".join(lines))
+            self._file.flush()
+        except OSError as exc:
+            self._failed(len(lines), exc)
+            return
+        if self.failing:
+            log.info("access log %s: writing again; %d lines were lost", self.path, self.lost)
+            self.failing, self.lost = False, 0
+
+    def _failed(self, n_lines: int, exc: OSError) -> None:
+        if not self.failing:
+            log.warning("access log %s: write failed (%s); lines are dropped until a write succeeds",
+                        self.path, exc.strerror or type(exc).__name__)
+            self.failing = True
+        self.lost += n_lines
+        self._close_file()  # its unwritten bytes go with it; the next write opens the path again
+
+    def _close_file(self) -> None:
+        file, self._file = self._file, None
+        if file is not None and self.path != "-":
+            with contextlib.suppress(OSError):
+                file.close()
 
     async def _run(self) -> None:
         while True:
@@ -80,7 +102,11 @@ class AccessLog:
             await asyncio.to_thread(self._write, lines)
 
     def start(self) -> None:
-        self._file = self._open()  # fail at startup, not at the first request
+        try:
+            self._file = self._open()  # fail at startup, not at the first request
+        except OSError as exc:
+            raise UsageError(f"--access-log {self.path}: cannot open ({exc.strerror}); "
+                             "give a writable file path or - for stdout") from None
         self._task = asyncio.create_task(self._run())
 
     async def close(self) -> None:
@@ -89,6 +115,4 @@ class AccessLog:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.flush()
-        if self._file is not None and self.path != "-":
-            self._file.close()
-        self._file = None
+        self._close_file()

@@ -57,6 +57,19 @@ def _redact_args(msg: str, args: object) -> tuple[str, tuple | None]:
     return out, tuple(kept) if kept else None
 
 
+class TextFormatter(logging.Formatter):
+    """`time slogate-gateway LEVEL message`; a library's line names its logger first, since its redacted
+    arguments no longer say what it is about (an OTLP exporter's "exporting <redacted> batch": spans or
+    metrics?)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s slogate-gateway %(levelname)s %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        source = "" if record.name.startswith("slogate") else f"{record.name}: "
+        return f"{record.asctime} slogate-gateway {record.levelname} {source}{record.message}"
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts (unix seconds), level, logger, msg (already redacted)."""
 
@@ -67,8 +80,7 @@ class JsonFormatter(logging.Formatter):
 
 def setup_logging(level: str = "info", fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json"
-                         else logging.Formatter("%(asctime)s slogate-gateway %(levelname)s %(message)s"))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -50,16 +50,16 @@ class OtelSpans:
     def submit(self, record: RequestRecord, traceparent: str | None = None) -> None:
         start_ns = int((self.start_unix + record.t) * 1e9)
         op = OPERATIONS.get(record.endpoint, "other")
-        model = record.model or "none"
+        model = record.model or None  # None: not known (no body read, not JSON, no "model"): semconv leaves it out
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": op,
             "gen_ai.provider.name": self.provider_name,
-            "gen_ai.request.model": model,
-            "gen_ai.response.model": record.response_model or model,
             "http.response.status_code": record.status,
             "slogate.stream": record.stream,
         }
         for key, value in (
+            ("gen_ai.request.model", model),
+            ("gen_ai.response.model", record.response_model or model),
             ("gen_ai.usage.input_tokens", record.input_tokens),
             ("gen_ai.usage.output_tokens", record.output_tokens),
             ("gen_ai.request.max_tokens", record.max_tokens),
@@ -77,7 +77,7 @@ class OtelSpans:
         if failed is not None:
             attrs["error.type"] = failed
         ctx = self.propagator.extract({"traceparent": traceparent}) if traceparent else None
-        span = self.tracer.start_span(f"{op} {model}", context=ctx, kind=self.kind, attributes=attrs,
+        span = self.tracer.start_span(f"{op} {model}" if model else op, context=ctx, kind=self.kind, attributes=attrs,
                                       start_time=start_ns)
         if record.ttft is not None:
             span.add_event(TTFT_EVENT, {"gen_ai.server.time_to_first_token": record.ttft},

@@ -44,7 +44,9 @@ DEFAULT_INTERVAL_MS = 60000
 
 
 def _attributes(labels: dict[str, str]) -> dict[str, str]:
-    return {ATTRIBUTES.get(k, k): v for k, v in labels.items() if k != "le"}
+    """Labels as attributes. An empty label is an absent one in Prometheus; in OTLP an empty attribute is
+    present, so `error.type=""` would mark every successful request as failed: empty labels are left out."""
+    return {ATTRIBUTES.get(k, k): v for k, v in labels.items() if k != "le" and v != ""}
 
 
 def metrics_data(families: Iterable[Any], start_unix_ns: int, now_ns: int, resource: Any) -> Any:
