@@ -57,14 +57,26 @@ class _MalformedLog:
 
     def __init__(self, interval: float = 10.0) -> None:
         self.interval, self.next_t, self.count = interval, 0.0, 0
+        self.last = ""  # the kind of the latest one
 
     def note(self, exc: Exception) -> None:
         self.count += 1
+        self.last = type(exc).__name__
         now = time.monotonic()
         if now >= self.next_t:
             n, self.count, self.next_t = self.count, 0, now + self.interval
             log.warning("malformed client requests answered 400: %d since the last such line (%s); "
-                        "at most one line per %gs", n, type(exc).__name__, self.interval)
+                        "at most one line per %gs", n, self.last, self.interval)
+
+    def flush(self) -> None:
+        """At shutdown: the requests counted since the last line (else they would never be said)."""
+        if self.count:
+            n, self.count = self.count, 0
+            log.warning("malformed client requests answered 400: %d since the last such line (%s)", n, self.last)
+
+
+def log_pending_malformed() -> None:
+    _MALFORMED.flush()
 
 
 _MALFORMED = _MalformedLog()

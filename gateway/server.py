@@ -301,6 +301,7 @@ async def serve(cfg: GatewayConfig, *, stop: asyncio.Event | None = None, role: 
             await http_server.drain(conns, cfg.shutdown_grace + 5.0)
         if grace is not None:
             grace.cancel()
+        http_server.log_pending_malformed()
         await limits.stop()
         await gateway.close()
         if gateway.capture is not None:
