@@ -52,8 +52,10 @@ class Capture:
         # a session's keep-or-drop is a salted digest of (seed, session): without --trace-seed the seed is 0,
         # so every turn (and every worker, which share the salt) gives the same answer; the salt keeps it unguessable
         session_seed = trace.seed if trace.seed is not None else 0
+        # prefix sessions are named by (run, the writer's count of them): with --workers N every worker (and
+        # each restart of one) counts from 0 on the same start_unix, so its segment prefix is in the run id
         sessions = SessionDeriver(hasher, sources=self.session_sources, window_s=trace.session_window,
-                                  run_id=f"{start_unix:.6f}", sample=trace.sample,
+                                  run_id=f"{start_unix:.6f}/{prefix}", sample=trace.sample,
                                   seed=session_seed) if self.session_sources else None
         header = TraceHeader(
             start_unix=start_unix,

@@ -5,8 +5,9 @@ validation is decoded again line by line, reading slogate 0.1 error names as tod
 (`LEGACY_ERRORS`). A cut last frame (a crash, or a file copied while being written) is read up to the
 cut: the whole lines of its complete zstd blocks are records (`recovered`), the partial last line and
 the bytes after the last block that completed a line are reported in `skipped_bytes`; anything else
-unreadable raises `TraceError` naming the file and byte offset. Never writes, and never yields a
-partial line.
+unreadable raises `TraceError` naming the file and byte offset, and so do segments read as one trace
+that were hashed differently (another salt or block size: two gateways sharing a directory). Never
+writes, and never yields a partial line.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import contextlib
 import gc
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -242,6 +243,7 @@ def read_trace(paths: PathLike | Iterable[PathLike], *, sort: bool = True) -> Tr
     files = segment_paths(paths)
     readers = [SegmentReader(p) for p in files]
     chunks = [r.read() for r in readers]
+    _check_hashing(readers, chunks)
     headers = [r.header for r in readers if r.header is not None]
     header = headers[0] if headers else TraceHeader()
     starts = {h.start_unix for h in headers}
@@ -264,6 +266,32 @@ def read_trace(paths: PathLike | Iterable[PathLike], *, sort: bool = True) -> Tr
         truncated=[str(r.path) for r in readers if r.cut],
         recovered=sum(r.recovered for r in readers),
     )
+
+
+def _check_hashing(readers: Sequence[SegmentReader], chunks: Sequence[list[RequestRecord]]) -> None:
+    """Segments read as one trace must share their hashing: one salt (ids and session hashes of different
+    salts never match) and, when their records carry hash ids, one block size. Two gateways (or a gateway
+    restarted with a new salt) writing into one directory would otherwise be read as one capture under
+    the first header's salt and blocks, and `trace merge` could not refuse them."""
+    salt: tuple[str, Path] | None = None
+    blocks: tuple[tuple[int, str], Path] | None = None
+    for reader, records in zip(readers, chunks, strict=True):
+        h = reader.header
+        if h is None:
+            continue
+        if h.salt_id:
+            salt = salt or (h.salt_id, reader.path)
+            if h.salt_id != salt[0]:
+                raise TraceError(reader.path, f"hashed with salt {h.salt_id}, but {salt[1]} with {salt[0]}: "
+                                 "their prefix ids and sessions never match; read each capture on its own "
+                                 "(give each gateway its own --trace-dir, or move one's segments out)")
+        if any(r.hash_ids for r in records):
+            size = (h.block_size, h.block_unit)
+            blocks = blocks or (size, reader.path)
+            if size != blocks[0]:
+                raise TraceError(reader.path, f"prefix blocks of {size[0]} {size[1]}, but {blocks[1]} has "
+                                 f"{blocks[0][0]} {blocks[0][1]}: read each capture on its own "
+                                 "(give each gateway its own --trace-dir, or move one's segments out)")
 
 
 def _arrival(record: RequestRecord) -> float:

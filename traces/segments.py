@@ -51,8 +51,16 @@ def list_segments(directory: str | os.PathLike[str]) -> list[Path]:
 _encoder = msgspec.json.Encoder()
 
 
+# Written even at their defaults: a reader must never take them from its own defaults. A newer writer
+# whose default schema_version is 2 would otherwise write none, and this reader would read its file as v1.
+EXPLICIT_HEADER_FIELDS = ("schema_version", "block_size", "block_unit")
+
+
 def encode_header(header: TraceHeader) -> bytes:
-    return _encoder.encode(header) + b"\n"
+    """The header line: `{"kind":"header","schema_version":…,"block_size":…,"block_unit":…,…}`."""
+    fields = msgspec.json.decode(_encoder.encode(header))
+    line = {"kind": fields.pop("kind"), **{k: getattr(header, k) for k in EXPLICIT_HEADER_FIELDS}, **fields}
+    return _encoder.encode(line) + b"\n"
 
 
 def encode_records(records: Iterable[RequestRecord], buffer: bytearray | None = None) -> bytearray:

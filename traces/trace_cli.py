@@ -18,7 +18,7 @@ import msgspec
 from slogate.traces import formats
 from slogate.traces.reader import SegmentReader, read_trace, segment_paths
 from slogate.traces.record import RequestRecord, TraceHeader
-from slogate.traces.segments import TraceError
+from slogate.traces.segments import SUFFIX, TraceError, encode_header
 from slogate.traces.slo import Slo, SloError, parse_slo
 from slogate.traces.stats import (
     MAX_SPAN_S,
@@ -289,21 +289,37 @@ def _head(args: argparse.Namespace) -> int:
     enc = msgspec.json.Encoder()
     out = sys.stdout.buffer
     if fmt == "slogate":  # stream: no need to read the whole capture
-        reader = SegmentReader(segment_paths(args.file)[0])
-        records: list[RequestRecord] = []
-        for record in reader:
-            if len(records) >= args.n:
-                break
-            records.append(record)
-        header = reader.header or TraceHeader()
+        header, records = _first_records(segment_paths(args.file), args.n)
     else:
         header, all_records = formats.load(args.file, fmt)
         records = all_records[: args.n]
-    out.write(enc.encode(header) + b"\n")
+    out.write(encode_header(header))
     for record in records:
         out.write(enc.encode(record) + b"\n")
     out.flush()
     return 0
+
+
+def _first_records(paths: Sequence[os.PathLike[str]], n: int) -> tuple[TraceHeader, list[RequestRecord]]:
+    """The first `n` records of the segments in order (a capture directory: on from one segment to the
+    next), read no further than needed; `t` on the first header's clock (a restart's segments start later)."""
+    header: TraceHeader | None = None
+    records: list[RequestRecord] = []
+    for path in paths:
+        reader = SegmentReader(path)
+        shift: float | None = None
+        for record in reader:
+            if len(records) >= n:
+                break
+            if shift is None:
+                start = reader.header.start_unix if reader.header else 0.0
+                shift = start - header.start_unix if header and header.start_unix > 0 and start > 0 else 0.0
+            record.t += shift
+            records.append(record)
+        header = header or reader.header
+        if len(records) >= n and header is not None:
+            break
+    return header or TraceHeader(), records
 
 
 def _merge(args: argparse.Namespace) -> int:
@@ -325,7 +341,7 @@ def _merge(args: argparse.Namespace) -> int:
         fmt = formats.guess_format(path)
         if fmt != "slogate":
             raise UsageError(f"{path} is a {fmt} trace: trace merge takes slogate captures (convert it first)")
-        captures.append((path, *formats.load(path, "slogate")))
+        captures += _writer_captures(path)
     try:
         merged = merge_captures(captures, window_s=args.session_window)
     except MergeError as exc:
@@ -334,9 +350,32 @@ def _merge(args: argparse.Namespace) -> int:
         n = formats.save(merged.records, args.out, "slogate", header=merged.header)
     except OSError as exc:
         raise UsageError(f"cannot write {args.out}: {exc.strerror}") from None
-    print(f"wrote {n:,} records from {len(captures)} captures to {args.out}: {merged.sessions:,} sessions, "
-          f"{merged.joined:,} joined across captures")
+    print(f"wrote {n:,} records from {len(args.captures)} captures ({len(captures)} gateway processes) to "
+          f"{args.out}: {merged.sessions:,} sessions, {merged.joined:,} joined across processes")
     return 0
+
+
+def _writer_captures(path: str) -> list[tuple[str, TraceHeader, list[RequestRecord]]]:
+    """A capture split by the gateway process that wrote it (segment name prefix and start_unix): each
+    worker of a --workers run, each restarted worker and each gateway restarted into the directory
+    derived its prefix sessions on its own, so a conversation whose turns went to several of them is
+    joined only when they are merged as captures of their own."""
+    groups: dict[tuple[str, float], list[os.PathLike[str]]] = {}
+    for segment in segment_paths(path):
+        reader = SegmentReader(segment)
+        next(iter(reader), None)  # the header frame (and at most the first frame of records)
+        start = reader.header.start_unix if reader.header else 0.0
+        groups.setdefault((_writer_prefix(segment.name), start), []).append(segment)
+    if len(groups) == 1:
+        return [(path, *formats.load(path, "slogate"))]
+    return [(f"{path} ({prefix}, start {start:.3f})", *formats.load(segments, "slogate"))
+            for (prefix, start), segments in groups.items()]
+
+
+def _writer_prefix(name: str) -> str:
+    """`slogate-w1g0` of `slogate-w1g0-20260131T120000Z-000003.jsonl.zst`; a name of another form is its own."""
+    parts = name.removesuffix(SUFFIX).rsplit("-", 2)
+    return parts[0] if len(parts) == 3 and parts[1].endswith("Z") and parts[2].isdigit() else name
 
 
 _COMMANDS = {"stats": _stats, "convert": _convert, "merge": _merge, "validate": _validate, "head": _head}

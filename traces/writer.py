@@ -43,6 +43,7 @@ from slogate.traces.record import RequestRecord, TraceHeader
 from slogate.traces.segments import COMPRESSION_LEVEL, compressor, encode_header, encode_records, segment_name
 
 MAX_FRAME_BYTES = 4 << 20  # flush early when this much uncompressed data is pending
+MAX_TAKEN_NAMES = 1000  # segment names already taken (another process's) skipped before giving up
 log = logging.getLogger(__name__)
 
 
@@ -267,14 +268,26 @@ class TraceWriter:
 
     def _open_segment(self) -> bool:
         directory = Path(self.config.directory)
-        seq = self._seq
-        self._seq += 1
-        path = directory / segment_name(self.config.prefix, seq)
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
         except OSError as exc:
-            self._disk_error(f"cannot create {path}: {exc.strerror or exc}")
+            self._disk_error(f"cannot create {directory}: {exc.strerror or exc}")
+            return False
+        for _ in range(MAX_TAKEN_NAMES):
+            seq = self._seq
+            self._seq += 1
+            path = directory / segment_name(self.config.prefix, seq)
+            try:
+                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+                break
+            except FileExistsError:  # another gateway on this directory, or a restart within the same second:
+                continue  # never clobber its segment, take the next sequence number
+            except OSError as exc:
+                self._disk_error(f"cannot create {path}: {exc.strerror or exc}")
+                return False
+        else:
+            self._disk_error(f"cannot create a segment in {directory}: {MAX_TAKEN_NAMES} names in a row "
+                             f"(up to {path.name}) are taken; give each gateway its own --trace-dir")
             return False
         self.path, self._seg_bytes, self._seg_records, self._seg_opened = path, 0, 0, time.monotonic()
         header = msgspec.structs.replace(self.header, segment=seq)
