@@ -51,7 +51,7 @@ class AccessLog:
         self.failing = False  # the last write failed: the episode's lines are counted in `lost`
         self.lost = 0
 
-    def submit(self, record: RequestRecord, traceparent: str | None = None) -> None:
+    def submit(self, record: RequestRecord, context: object = None) -> None:
         self.buffer.append(access_line(record, self.start_unix))
 
     def reopen(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from slogate.gateway.headers import RequestFields
 from slogate.gateway.recorder import Recorder
+from slogate.gateway.trace_context import TraceContext
 from slogate.traces.observer import StreamObserver
 from slogate.traces.record import ErrorClass, RequestRecord
 from slogate.traces.request_info import RequestInfo
@@ -76,19 +77,22 @@ def unsent_record(info: RequestInfo, *, t0_ns: int, start_ns: int, t_end: int, s
 
 
 def hand_off(recorder: Recorder, record: RequestRecord, parsed: Any,
-             headers: RequestFields | Mapping[str, str] | None = None) -> None:
+             headers: RequestFields | Mapping[str, str] | None = None, sent_ids: tuple[str, str] | None = None) -> None:
     """To live metrics, the status window, the capture and the sinks; metrics must never break the relay.
     An estimated prompt goes through the tokenizer queue first (gateway.tokens), when one is configured.
-    From the request `headers` only `traceparent` and the `--session-header` value are taken."""
+    From the request `headers` only `traceparent`, `tracestate` and the `--session-header` value are taken;
+    `sent_ids`: the (trace, span) ids the gateway sent upstream as the request's parent span (--otel)."""
     try:
-        traceparent = session = None
+        context = session = None
         if headers is not None:
-            traceparent = headers.get("traceparent")
+            parent = headers.get("traceparent")
+            if parent is not None or sent_ids is not None:
+                context = TraceContext(parent, headers.get("tracestate"), *(sent_ids or (None, None)))
             name = recorder.capture.session_header if recorder.capture is not None else None
             session = headers.get(name) if name else None
         if recorder.tokens is not None and record.input_estimated and parsed is not None:
-            recorder.tokens.submit(record, parsed, lambda rec, body: recorder.finish(rec, body, traceparent, session))
+            recorder.tokens.submit(record, parsed, lambda rec, body: recorder.finish(rec, body, context, session))
             return
-        recorder.finish(record, parsed, traceparent, session)
+        recorder.finish(record, parsed, context, session)
     except Exception:
         log.exception("recording a request failed")

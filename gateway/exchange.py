@@ -26,6 +26,7 @@ from slogate.gateway.routing.router import Router, RouteRequest
 from slogate.gateway.routing.upstreams import Lease
 from slogate.gateway.streaming import ClientGone, Stream
 from slogate.gateway.timeouts import Deadlines, Watchdog
+from slogate.gateway.trace_context import child_traceparent
 from slogate.gateway.upstream import Upstream
 from slogate.gateway.upstream_conn import UpstreamConn, UpstreamError
 from slogate.traces.http1 import Head, request_bytes
@@ -64,6 +65,7 @@ class Shared(Protocol):
     recorder: Recorder
     start_ns: int
     stopping: bool
+    propagate: bool  # --otel: send the gateway span's traceparent upstream
 
 
 class Exchange:
@@ -71,7 +73,7 @@ class Exchange:
 
     __slots__ = (
         "body", "client", "conn", "info", "lease", "obs", "outcome", "overhead", "parsed", "relay", "request",
-        "route", "sse", "status", "stream", "strip", "t0", "t_body", "tpot", "ttft", "upstream", "wd",
+        "route", "sent_ids", "sse", "status", "stream", "strip", "t0", "t_body", "tpot", "ttft", "upstream", "wd",
     )
 
     def __init__(self, relay: Shared, request: ClientRequest, route: RouteRequest, lease: Lease,
@@ -91,6 +93,7 @@ class Exchange:
         self.parsed = parsed
         self.body = body
         self.strip = strip
+        self.sent_ids: tuple[str, str] | None = None  # (trace id, span id) of the traceparent sent upstream
         self.t0 = t0
         self.t_body = t_body  # from here the gateway works on it (body read and admitted): its overhead's start
         self.obs: StreamObserver | None = None
@@ -129,7 +132,11 @@ class Exchange:
     # ------------------------------------------------------------------ attempts over upstreams
     async def _attempts(self, wd: Watchdog) -> None:
         request = self.request
-        headers = forward_request_fields(request.headers, injected=self.strip)
+        traceparent = None
+        if self.relay.propagate:  # --otel: the gateway's span is the upstream request's parent
+            traceparent, trace_id, span_id = child_traceparent(request.headers.get("traceparent"))
+            self.sent_ids = (trace_id, span_id)
+        headers = forward_request_fields(request.headers, injected=self.strip, traceparent=traceparent)
         overhead = self.overhead
         while True:  # one pass per attempt; another only while nothing went to the client
             up = self.upstream
@@ -305,4 +312,4 @@ class Exchange:
         )
         if record.error is None:
             self.ttft, self.tpot = record.ttft, record.tpot
-        assemble.hand_off(relay.recorder, record, self.parsed, self.request.headers)
+        assemble.hand_off(relay.recorder, record, self.parsed, self.request.headers, self.sent_ids)

@@ -71,15 +71,19 @@ class RequestFields:
         return RequestFields([f for f in self.fields if f[0][:10] != _CONTROL_PREFIX_B])
 
 
-def forward_request_fields(headers: RequestFields, *, injected: bool = False) -> bytes:
+def forward_request_fields(headers: RequestFields, *, injected: bool = False, traceparent: bytes | None = None) -> bytes:
     """The field lines the gateway sends upstream (bytes as received), minus hop-by-hop ones, Host,
     Content-Length and Expect (written by the gateway), any named in Connection, and Accept-Encoding
-    when the gateway injected include_usage (it must read the stream)."""
+    when the gateway injected include_usage (it must read the stream). `traceparent` (--otel) replaces
+    the client's: the gateway's span is the upstream request's parent."""
     drop = _REQUEST_DROP_INJECTED_B if injected else _REQUEST_DROP_B
     conn = headers.get("Connection")
     if conn:
         drop = drop | {t.strip().lower().encode("latin-1") for t in conn.split(",") if t.strip()}
-    return b"".join([b"%s: %s\r\n" % (name, value) for key, name, value in headers.fields if key not in drop])
+    if traceparent is not None:
+        drop = drop | {b"traceparent"}
+    fields = b"".join([b"%s: %s\r\n" % (name, value) for key, name, value in headers.fields if key not in drop])
+    return fields if traceparent is None else fields + b"traceparent: " + traceparent + b"\r\n"
 
 
 _HOP_BY_HOP_B = frozenset(n.encode() for n in HOP_BY_HOP)

@@ -1,6 +1,7 @@
 """OpenTelemetry export (`--otel`, extra `slogate[otel]`): one content-free span per measured request.
 
-The span continues the request's incoming `traceparent` and carries the GenAI semconv attributes,
+The span continues the request's incoming `traceparent` (and `tracestate`) with the span id the gateway
+sent upstream as the engine's parent (gateway/trace_context.py), and carries the GenAI semconv attributes,
 upstream, pool and outcome, with TTFT as an event; the SDK's BatchSpanProcessor exports it off the
 event loop over OTLP/HTTP, configured by the standard `OTEL_*` variables. Never attaches prompt or
 completion text, headers, keys or client addresses.
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from slogate.gateway.live_metrics import OPERATIONS
+from slogate.gateway.trace_context import TraceContext
 from slogate.traces.record import RequestRecord, error_class
 from slogate.traces.usage import UsageError
 
@@ -39,6 +41,8 @@ class OtelSpans:
                 resource = resource.merge(Resource({"service.name": "slogate-gateway"}))
             tracer_provider = TracerProvider(resource=resource)
             tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self.ids = _PresetIds()  # the span takes the ids its request sent upstream (before the tracer is made)
+        tracer_provider.id_generator = self.ids
         self.provider = tracer_provider
         self.tracer = tracer_provider.get_tracer("slogate.gateway")
         self.propagator = TraceContextTextMapPropagator()
@@ -47,7 +51,7 @@ class OtelSpans:
         self.start_unix = start_unix
         self.provider_name = provider_name
 
-    def submit(self, record: RequestRecord, traceparent: str | None = None) -> None:
+    def submit(self, record: RequestRecord, context: TraceContext | None = None) -> None:
         start_ns = int((self.start_unix + record.t) * 1e9)
         op = OPERATIONS.get(record.endpoint, "other")
         model = record.model or None  # None: not known (no body read, not JSON, no "model"): semconv leaves it out
@@ -76,9 +80,17 @@ class OtelSpans:
         attrs["slogate.outcome"] = failed or "ok"
         if failed is not None:
             attrs["error.type"] = failed
-        ctx = self.propagator.extract({"traceparent": traceparent}) if traceparent else None
-        span = self.tracer.start_span(f"{op} {model}" if model else op, context=ctx, kind=self.kind, attributes=attrs,
-                                      start_time=start_ns)
+        ctx = None
+        if context is not None:
+            if context.parent:
+                ctx = self.propagator.extract({"traceparent": context.parent, "tracestate": context.state or ""})
+            if context.span_id is not None and context.trace_id is not None:
+                self.ids.preset(int(context.trace_id, 16), int(context.span_id, 16))
+        try:
+            span = self.tracer.start_span(f"{op} {model}" if model else op, context=ctx, kind=self.kind,
+                                          attributes=attrs, start_time=start_ns)
+        finally:
+            self.ids.preset(None, None)
         if record.ttft is not None:
             span.add_event(TTFT_EVENT, {"gen_ai.server.time_to_first_token": record.ttft},
                            timestamp=start_ns + int(record.ttft * 1e9))
@@ -95,6 +107,30 @@ class OtelSpans:
 
     def reopen(self) -> None:
         pass
+
+
+class _PresetIds:
+    """The SDK's id source (an `IdGenerator`): the ids preset for the next span (those its request sent
+    upstream), else random ones. The trace id is asked for only when the span has no parent."""
+
+    def __init__(self) -> None:
+        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+        self.random = RandomIdGenerator()
+        self.trace_id: int | None = None
+        self.span_id: int | None = None
+
+    def preset(self, trace_id: int | None, span_id: int | None) -> None:
+        self.trace_id, self.span_id = trace_id, span_id
+
+    def generate_span_id(self) -> int:
+        return self.span_id if self.span_id is not None else self.random.generate_span_id()
+
+    def generate_trace_id(self) -> int:
+        return self.trace_id if self.trace_id is not None else self.random.generate_trace_id()
+
+    def is_trace_id_random(self) -> bool:
+        return True  # preset ones come from os.urandom too (gateway/trace_context.py)
 
 
 SHUTDOWN_S = 5.0  # what an exporter may take at exit to send its last batch

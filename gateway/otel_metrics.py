@@ -170,7 +170,7 @@ class OtelMetrics:
 
         await bounded_shutdown(last, "OTLP metrics")
 
-    def submit(self, record: Any, traceparent: str | None = None) -> None:
+    def submit(self, record: Any, context: object = None) -> None:
         pass  # metrics come from the registry, not per record
 
     def reopen(self) -> None:

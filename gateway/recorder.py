@@ -14,15 +14,16 @@ from typing import Any, Protocol
 from slogate.gateway.capture import Capture
 from slogate.gateway.live_metrics import LiveMetrics
 from slogate.gateway.status import StatusWindow
+from slogate.gateway.trace_context import TraceContext
 from slogate.traces.metrics import gaps as chunk_gaps
 from slogate.traces.record import RequestRecord
 from slogate.traces.slo import Slo, is_good
 
 
 class Sink(Protocol):
-    """Gets every finished record (and the request's incoming `traceparent`); buffers, never blocks."""
+    """Gets every finished record (and the request's trace context, if any); buffers, never blocks."""
 
-    def submit(self, record: RequestRecord, traceparent: str | None = None) -> None: ...
+    def submit(self, record: RequestRecord, context: TraceContext | None = None) -> None: ...
     def start(self) -> None: ...
     async def close(self) -> None: ...
     def reopen(self) -> None: ...
@@ -48,7 +49,7 @@ class Recorder:
         self.start_ns = start_ns
         self.tokens: Any = None  # gateway.tokens.GatewayTokens when a tokenizer is configured
 
-    def finish(self, record: RequestRecord, body: Any, traceparent: str | None = None,
+    def finish(self, record: RequestRecord, body: Any, context: TraceContext | None = None,
                session_header: str | None = None) -> None:
         goods = [is_good(record, slo) for slo in self.slos]
         chunk_times = record.chunk_times
@@ -58,7 +59,7 @@ class Recorder:
         self.metrics.observe(record, goods, gaps)
         self.status.add(record)
         for sink in self.sinks:
-            sink.submit(record, traceparent)
+            sink.submit(record, context)
         if self.capture is not None:
             self.capture.submit(record, body, session_header)
         else:

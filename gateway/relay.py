@@ -47,6 +47,7 @@ class Relay:
         # the decoded body outlives routing only for the trace's prefix hashes or the tokenizer
         self.keep_parsed = recorder.capture is not None or recorder.tokens is not None
         self.stopping = False  # set on SIGTERM
+        self.propagate = False  # --otel: send the gateway span's traceparent upstream (gateway/trace_context.py)
         self.active: set[Watchdog] = set()  # one per request in flight (ended at the grace deadline)
 
     async def handle(self, request: ClientRequest) -> None:

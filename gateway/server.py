@@ -88,6 +88,7 @@ class Gateway:
             self.recorder.tokens = GatewayTokens(cfg.tokens.tokenizer, cfg.tokens.template)
         self.deadlines = Deadlines()
         self.relay = Relay(cfg, self.router, self.recorder, self.start_ns, self.deadlines)
+        self.relay.propagate = cfg.otel  # the gateway's span is the parent of the engine's (trace_context.py)
         self.registry = make_registry(MetricsCollector(self.metrics, self._inflight, self.recorder.trace_counts))
         self.routing_collector = self.router.collector()  # kept: the EPP re-points it when its endpoints change
         self.registry.register(self.routing_collector)
