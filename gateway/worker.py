@@ -7,23 +7,21 @@ instead of restarting). Never opens the admin TCP port (the supervisor does).
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import shutil
-import signal
 import sys
 from pathlib import Path
 
 import msgspec
 
 from slogate.gateway.worker_role import WorkerStart
+from slogate.traces.runtime import die_with_parent
 from slogate.traces.usage import UsageError
 
 
 def main(argv: list[str]) -> int:
     parent = os.getppid()
-    _die_with_parent()
+    die_with_parent()  # SIGTERM (a drain) when the supervisor dies, so no worker is left serving without one
     start = msgspec.json.decode(Path(argv[0]).read_bytes(), type=WorkerStart)
     from slogate.gateway.cli import _run
     from slogate.gateway.logs import setup_logging
@@ -41,16 +39,6 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGTERM (a drain) when the supervisor dies, even by `kill -9`, so no worker is left
-    serving without one."""
-    parent = os.getppid()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:  # it died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
 def _gone(parent: int) -> bool:
     """The supervisor exited: this worker was re-parented, or the supervisor is a zombie (killed,
     its other threads still exiting, so the re-parenting has not happened yet)."""
@@ -62,8 +50,6 @@ def _gone(parent: int) -> bool:
         return True
     return "\nState:\tZ" in status or "\nState:\tX" in status
 
-
-_PR_SET_PDEATHSIG = 1
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -7,7 +7,6 @@ Never starts anything itself and never leaves a process of a stopped group runni
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -15,7 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-PR_SET_PDEATHSIG = 1
+from slogate.traces.runtime import die_with_parent
 
 
 def free_port() -> int:
@@ -25,16 +24,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 def group_options() -> dict[str, object]:
     """`subprocess.Popen` options for a child that leads its own process group (a terminal's Ctrl-C
     reaches only us, and we stop the child when we choose) and gets SIGTERM if we die (Linux). Start it
     from the main thread: the death signal follows the thread that started the child."""
-    die: Callable[[], None] | None = _die_with_parent if sys.platform == "linux" else None
+    die: Callable[[], None] | None = die_with_parent if sys.platform == "linux" else None  # between fork and exec
     return {"process_group": 0, "preexec_fn": die}
 
 
