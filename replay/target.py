@@ -17,12 +17,17 @@ import tempfile
 import time
 import urllib.parse
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import aiohttp
 import msgspec
 
 from slogate.replay.child_process import free_port, group_options, stop_group
 from slogate.traces.usage import UsageError
+
+if TYPE_CHECKING:
+    from slogate.replay.sim.config import SimConfig
+    from slogate.replay.sim.faults import FaultConfig
 
 
 class TargetSpec(msgspec.Struct):
@@ -89,19 +94,34 @@ def sim_args(opts: dict[str, str]) -> list[str]:
     return args
 
 
-def sim_config(opts: dict[str, str], *, virtual: bool = False):
-    """The engine config for `sim:` options, parsed exactly as `slogate sim` parses them. `virtual`: for a
-    virtual-time run, which has no HTTP request for a fault to act on: faults are refused, not ignored."""
-    from slogate.replay.sim.faults import FaultConfig
+class SimOptionError(UsageError):
+    """A `sim:` option `slogate sim`'s own flag parser refused; the message is its reason alone."""
+
+
+def configured(opts: dict[str, str]) -> tuple[SimConfig, FaultConfig]:
+    """(engine config, faults) of `sim:` options, parsed exactly as `slogate sim` parses its flags. A bad
+    one raises `SimOptionError` with argparse's reason, without its usage text."""
     from slogate.replay.sim.options import configure
 
     said = io.StringIO()
     try:
-        with contextlib.redirect_stderr(said):  # argparse's usage text: only its error line is shown
+        with contextlib.redirect_stderr(said):
             config, _, faults = configure(sim_args(opts))
     except SystemExit:
-        why = (said.getvalue().strip().splitlines() or [""])[-1].removeprefix("slogate sim: error: ")
-        raise UsageError(f"bad sim option in --target: {why or sorted(opts)} (see slogate sim --help)") from None
+        raise SimOptionError((said.getvalue().strip().splitlines() or [""])[-1]
+                             .removeprefix("slogate sim: error: ")) from None
+    return config, faults
+
+
+def sim_config(opts: dict[str, str], *, virtual: bool = False):
+    """The engine config for `sim:` options, parsed exactly as `slogate sim` parses them. `virtual`: for a
+    virtual-time run, which has no HTTP request for a fault to act on: faults are refused, not ignored."""
+    from slogate.replay.sim.faults import FaultConfig
+
+    try:
+        config, faults = configured(opts)
+    except SimOptionError as exc:
+        raise UsageError(f"bad sim option in --target: {str(exc) or sorted(opts)} (see slogate sim --help)") from None
     if virtual and faults != FaultConfig():
         raise UsageError("sim faults act on HTTP requests, which a --virtual run does not send: drop --virtual "
                          "(the sim then runs on the real clock) or the fault options")

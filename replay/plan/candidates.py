@@ -7,9 +7,7 @@ Never simulates; the only file it reads is such a config (its `[sim]` settings).
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
 import itertools
 import math
 import urllib.parse
@@ -158,18 +156,12 @@ def _check_value(text: str, key: str, value: str) -> None:
 def check(cand: Candidate) -> None:
     """Parse the candidate's engine as `slogate sim` would, before planning: any mistake left (e.g. a
     timing the sim does not know) is one line naming the candidate, not the sim's usage text."""
-    from slogate.replay.sim.options import configure
-    from slogate.replay.target import sim_args
+    from slogate.replay.target import configured
 
-    said = io.StringIO()
     try:
-        with contextlib.redirect_stderr(said):
-            configure(sim_args(cand.sim_options()))
-    except SystemExit:
-        why = (said.getvalue().strip().splitlines() or ["not a simulator option"])[-1]
-        raise UsageError(f"bad candidate {cand.spec!r}: {why.removeprefix('slogate sim: error: ')}") from None
-    except UsageError as exc:
-        raise UsageError(f"bad candidate {cand.spec!r}: {exc}") from None
+        configured(cand.sim_options())
+    except UsageError as exc:  # argparse's reason (SimOptionError) or the sim's own check
+        raise UsageError(f"bad candidate {cand.spec!r}: {str(exc) or 'not a simulator option'}") from None
 
 
 def parse_candidates(text: str) -> list[Candidate]:
