@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from time import perf_counter_ns
 from typing import Any
 
 from slogate.gateway.headers import RequestFields
@@ -74,6 +75,19 @@ def unsent_record(info: RequestInfo, *, t0_ns: int, start_ns: int, t_end: int, s
     record.pool = pool
     record.queue = queue
     return record
+
+
+def too_large_detail(limit: int, length: int) -> str:
+    """The 413 `request_too_large` message's detail; `length` as announced, -1 when the body grew past it."""
+    return f"limit {limit} bytes" + (f", got {length}" if length >= 0 else "")
+
+
+def record_too_large(recorder: Recorder, *, t0_ns: int, start_ns: int, endpoint: str) -> None:
+    """A measured request answered 413 before its body was read (so nothing of it is known but its path)."""
+    obs = StreamObserver(t0_ns, stream=False, endpoint=endpoint)
+    record = obs.finish(perf_counter_ns(), status=413, error="request_too_large")
+    record.t = (t0_ns - start_ns) * NS
+    hand_off(recorder, record, None)
 
 
 def hand_off(recorder: Recorder, record: RequestRecord, parsed: Any,

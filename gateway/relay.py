@@ -23,7 +23,6 @@ from slogate.gateway.recorder import Recorder
 from slogate.gateway.routing.admission import Closed, Rejected, parse_priority, rejection_response
 from slogate.gateway.routing.router import Router
 from slogate.gateway.timeouts import Deadlines, Watchdog, limits_ns
-from slogate.traces.observer import StreamObserver
 from slogate.traces.record import ErrorClass
 from slogate.traces.request_info import MEASURED_ENDPOINTS, RequestInfo, request_info, with_usage_requested
 
@@ -112,10 +111,7 @@ class Relay:
         return len(self.active) + self.router.close_admission()
 
     def _too_large(self, request: ClientRequest, t0: int, path: str, measured: bool, length: int) -> None:
-        detail = f"limit {self.max_body} bytes" + (f", got {length}" if length >= 0 else "")
         if measured:
-            obs = StreamObserver(t0, stream=False, endpoint=path)
-            record = obs.finish(perf_counter_ns(), status=413, error="request_too_large")
-            record.t = (t0 - self.start_ns) * assemble.NS
-            assemble.hand_off(self.recorder, record, None)
-        request.conn.reply(json_error("request_too_large", detail, close=True))  # the body stays unread
+            assemble.record_too_large(self.recorder, t0_ns=t0, start_ns=self.start_ns, endpoint=path)
+        request.conn.reply(json_error("request_too_large", assemble.too_large_detail(self.max_body, length),
+                                      close=True))  # the body stays unread

@@ -167,13 +167,10 @@ class EppExchange:
         self._release_body()
         self.answered = True
         self.parts.budget.too_large()
-        limit = self.parts.max_body
         if self.headers.get(":method") == "POST" and self.path in MEASURED_ENDPOINTS:
-            obs = StreamObserver(self.t0, stream=False, endpoint=self.path)
-            record = obs.finish(perf_counter_ns(), status=413, error="request_too_large")
-            record.t = (self.t0 - self.parts.start_ns) * assemble.NS
-            assemble.hand_off(self.parts.recorder, record, None)
-        detail = f"limit {limit} bytes" + (f", got {length}" if length >= 0 else "") + "; raise --max-body-bytes"
+            assemble.record_too_large(self.parts.recorder, t0_ns=self.t0, start_ns=self.parts.start_ns,
+                                      endpoint=self.path)
+        detail = assemble.too_large_detail(self.parts.max_body, length) + "; raise --max-body-bytes"
         reply = json_error("request_too_large", detail)
         return [m.immediate(reply.status, reply.body, details="slogate_epp_request_too_large")]
 
