@@ -169,10 +169,6 @@ class Supervisor:
         except (aiohttp.ClientError, OSError, TimeoutError):
             return None
 
-    async def _ask_all(self, path: str) -> list[tuple[int, bytes]]:
-        answers = await asyncio.gather(*(self._ask(w, path) for w in self.workers))
-        return [a for a in answers if a is not None]
-
     async def _ask_each(self, path: str) -> list[bytes | None]:
         """Every worker's 200 answer to `path`, None for one that did not answer, or died (was reaped)
         meanwhile: its last answer was moved to the retired totals, this one must not count again."""
@@ -244,7 +240,7 @@ class Supervisor:
         return web.Response(status=status, body=body, content_type="application/json")
 
     async def readyz(self, request: BaseRequest) -> web.Response:
-        status, body = health_response(any(s == 200 for s, _ in await self._ask_all("/readyz")))
+        status, body = health_response(any(a is not None for a in await self._ask_each("/readyz")))
         return web.Response(status=status, body=body, content_type="application/json")
 
     def admin_app(self) -> web.Application:
