@@ -64,15 +64,15 @@ class _MalformedLog:
         self.last = type(exc).__name__
         now = time.monotonic()
         if now >= self.next_t:
-            n, self.count, self.next_t = self.count, 0, now + self.interval
-            log.warning("malformed client requests answered 400: %d since the last such line (%s); "
-                        "at most one line per %gs", n, self.last, self.interval)
+            self.next_t = now + self.interval
+            self.flush()
 
     def flush(self) -> None:
-        """At shutdown: the requests counted since the last line (else they would never be said)."""
+        """The line for the requests counted since the last one (also at shutdown, else never said)."""
         if self.count:
             n, self.count = self.count, 0
-            log.warning("malformed client requests answered 400: %d since the last such line (%s)", n, self.last)
+            log.warning("malformed client requests answered 400: %d since the last such line (%s); "
+                        "at most one line per %gs", n, self.last, self.interval)
 
 
 def log_pending_malformed() -> None:
