@@ -73,11 +73,11 @@ class Exchange:
 
     __slots__ = (
         "body", "client", "conn", "info", "lease", "obs", "outcome", "overhead", "parsed", "relay", "request",
-        "route", "sent_ids", "sse", "status", "stream", "strip", "t0", "t_body", "tpot", "ttft", "upstream", "wd",
+        "route", "sent_ids", "sse", "status", "stream", "strip", "t0", "t_admitted", "tpot", "ttft", "upstream", "wd",
     )
 
     def __init__(self, relay: Shared, request: ClientRequest, route: RouteRequest, lease: Lease,
-                 info: RequestInfo | None, parsed: Any, body: bytes | bytearray, strip: bool, t0: int, t_body: int) -> None:
+                 info: RequestInfo | None, parsed: Any, body: bytes | bytearray, strip: bool, t0: int, t_admitted: int) -> None:
         self.relay = relay
         self.request = request
         self.client = request.conn  # where the response goes
@@ -95,7 +95,7 @@ class Exchange:
         self.strip = strip
         self.sent_ids: tuple[str, str] | None = None  # (trace id, span id) of the traceparent sent upstream
         self.t0 = t0
-        self.t_body = t_body  # from here the gateway works on it (body read and admitted): its overhead's start
+        self.t_admitted = t_admitted  # body read and admission passed: the start of the gateway's overhead
         self.obs: StreamObserver | None = None
         self.conn: UpstreamConn | None = None
         self.stream: Stream | None = None
@@ -308,7 +308,7 @@ class Exchange:
             status=status, error=error, upstream=self.upstream.name,
             pool=self.lease.pool if router.several_pools else None,
             queue=self.lease.queue_s if router.admission else None,
-            overhead_ns=self.overhead.busy_ns(self.t_body, t_end), answered_stream=answered,
+            overhead_ns=self.overhead.busy_ns(self.t_admitted, t_end), answered_stream=answered,
         )
         if record.error is None:
             self.ttft, self.tpot = record.ttft, record.tpot
