@@ -85,10 +85,11 @@ def parse_points(text: str, flag: str, *, integer: bool = False) -> list[float]:
 def main(argv: Sequence[str] | None = None) -> int:
     args, replay_args = build_parser().parse_known_args(list(argv) if argv is not None else None)
     for arg in replay_args:
-        if arg.split("=", 1)[0] in RESERVED:
-            raise UsageError(f"{arg.split('=', 1)[0]} is set by the sweep itself; use --speeds/--rates/--concurrency and --out")
-        if arg.split("=", 1)[0] in UNSWEPT:
-            raise UsageError(f"{arg.split('=', 1)[0]} does not combine with slogate sweep (each point is one run); "
+        flag = arg.split("=", 1)[0]
+        if flag in RESERVED:
+            raise UsageError(f"{flag} is set by the sweep itself; use --speeds/--rates/--concurrency and --out")
+        if flag in UNSWEPT:
+            raise UsageError(f"{flag} does not combine with slogate sweep (each point is one run); "
                              "drop it, or slogate replay that point with it")
     if not replay_args:
         raise UsageError("give the trace and the replay options, e.g. slogate sweep TRACE --target URL --speeds 1,2,4 --out DIR")
