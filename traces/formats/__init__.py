@@ -7,6 +7,7 @@ Pure file conversion: never touches the network, never sees prompt text.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import csv
 import importlib
@@ -74,7 +75,7 @@ def _head(p: Path) -> bytes:
     if head[:2] == b"\x1f\x8b":
         with gzip.open(p, "rb") as g, contextlib.suppress(OSError, EOFError):
             head = g.read(_SNIFF_BYTES)
-    return head.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark (Excel's CSVs): not content
+    return head.removeprefix(codecs.BOM_UTF8)  # a UTF-8 byte-order mark (Excel's CSVs): not content
 
 
 def load(path: PathLike | Sequence[PathLike], fmt: str | None = None, *, block_size: int | None = None) -> Loaded:

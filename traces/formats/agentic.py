@@ -8,6 +8,7 @@ only; pure file conversion (never the network, never prompt text).
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import os
 import re
@@ -70,7 +71,7 @@ def load(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> tu
     header_bs: int | None = None
     names: set[str] = set()
     for f in all_files:
-        data = f.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is not content
+        data = f.read_bytes().removeprefix(codecs.BOM_UTF8)  # a UTF-8 byte-order mark is not content
         try:
             doc = _decoder.decode(data)
         except msgspec.DecodeError as exc:

@@ -14,6 +14,7 @@ files cut differently; `.jsonl.gz` is read through gzip.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import itertools
 import math
@@ -30,7 +31,6 @@ NAME = "mooncake"
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
 MOONCAKE_BLOCK_TOKENS = 512
 BYTES_PER_TOKEN = 4  # assumed when coarsening byte blocks to token blocks
-BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark some editors write first: skipped
 
 
 class MooncakeRow(msgspec.Struct):
@@ -56,7 +56,7 @@ def load(path: str | os.PathLike[str], *, block_size: int = MOONCAKE_BLOCK_TOKEN
         data = f.read()
     if data[:2] == b"\x1f\x8b":
         data = _gunzip(path, data)
-    data = data.removeprefix(BOM)
+    data = data.removeprefix(codecs.BOM_UTF8)  # a UTF-8 byte-order mark some editors write first
     try:
         rows = _decoder.decode_lines(data)
     except msgspec.DecodeError as exc:
