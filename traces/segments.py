@@ -39,6 +39,13 @@ def segment_name(prefix: str, seq: int, now: float | None = None) -> str:
     return f"{prefix}-{stamp}-{seq:06d}{SUFFIX}"
 
 
+def segment_prefix(name: str) -> str:
+    """The writer's prefix of a name `segment_name` made (`slogate-w1g0` of
+    `slogate-w1g0-20260131T120000Z-000003.jsonl.zst`); a name of another form is its own."""
+    parts = name.removesuffix(SUFFIX).rsplit("-", 2)
+    return parts[0] if len(parts) == 3 and parts[1].endswith("Z") and parts[2].isdigit() else name
+
+
 def is_segment(path: str | os.PathLike[str]) -> bool:
     return os.fspath(path).endswith(SUFFIX)
 

@@ -18,7 +18,7 @@ import msgspec
 from slogate.traces import formats
 from slogate.traces.reader import SegmentReader, read_trace, segment_paths
 from slogate.traces.record import RequestRecord, TraceHeader
-from slogate.traces.segments import SUFFIX, TraceError, encode_header
+from slogate.traces.segments import TraceError, encode_header, segment_prefix
 from slogate.traces.slo import Slo, SloError, parse_slo
 from slogate.traces.stats import (
     MAX_SPAN_S,
@@ -365,17 +365,11 @@ def _writer_captures(path: str) -> list[tuple[str, TraceHeader, list[RequestReco
         reader = SegmentReader(segment)
         next(iter(reader), None)  # the header frame (and at most the first frame of records)
         start = reader.header.start_unix if reader.header else 0.0
-        groups.setdefault((_writer_prefix(segment.name), start), []).append(segment)
+        groups.setdefault((segment_prefix(segment.name), start), []).append(segment)
     if len(groups) == 1:
         return [(path, *formats.load(path, "slogate"))]
     return [(f"{path} ({prefix}, start {start:.3f})", *formats.load(segments, "slogate"))
             for (prefix, start), segments in groups.items()]
-
-
-def _writer_prefix(name: str) -> str:
-    """`slogate-w1g0` of `slogate-w1g0-20260131T120000Z-000003.jsonl.zst`; a name of another form is its own."""
-    parts = name.removesuffix(SUFFIX).rsplit("-", 2)
-    return parts[0] if len(parts) == 3 and parts[1].endswith("Z") and parts[2].isdigit() else name
 
 
 _COMMANDS = {"stats": _stats, "convert": _convert, "merge": _merge, "validate": _validate, "head": _head}
