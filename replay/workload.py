@@ -145,8 +145,9 @@ def sample(reqs: Sequence[PlannedRequest], fraction: float, seed: int) -> list[P
     kept: dict[str, bool] = {}
     out = []
     for r in reqs:
+        draw = rng.random() < fraction  # one draw per request, as before: a trace without sessions samples as it did
         root = roots.get(r.session) if r.session is not None else None
-        keep = rng.random() < fraction if root is None else kept.setdefault(root, rng.random() < fraction)
+        keep = draw if root is None else kept.setdefault(root, draw)  # a session keeps its first turn's draw
         if keep:
             out.append(r)
     return _reindexed(out)
