@@ -154,4 +154,3 @@ def specs_from(upstreams: Sequence[str], tables: Sequence[dict | UpstreamSpec]) 
                 raise UsageError(f"{where}: {exc}; keys: {', '.join(UpstreamSpec.__struct_fields__)}") from None
         specs.append(check_spec(spec, where=where))
     return specs
-
