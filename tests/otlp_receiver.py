@@ -1,5 +1,6 @@
-"""A real OTLP/HTTP receiver for tests: a threaded HTTP server that keeps every POSTed body by path
-(`/v1/traces`, `/v1/metrics`); the tests decode them with opentelemetry-proto."""
+"""Tiny in-process HTTP servers for tests: `serve_in_thread` runs a request handler on a port the kernel
+picked; `otlp_receiver` is a real OTLP/HTTP receiver on it, keeping every POSTed body by path
+(`/v1/traces`, `/v1/metrics`), which the tests decode with opentelemetry-proto."""
 
 from __future__ import annotations
 
@@ -8,6 +9,19 @@ import http.server
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def serve_in_thread(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` on 127.0.0.1 in a thread (one more per connection) until the block exits; yields its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @contextlib.contextmanager
@@ -26,11 +40,5 @@ def otlp_receiver() -> Iterator[tuple[str, dict[str, list[bytes]]]]:
         def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}", bodies
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_in_thread(Handler) as url:
+        yield url, bodies

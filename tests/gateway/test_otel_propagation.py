@@ -7,15 +7,15 @@ The upstream here is a tiny HTTP server that records the `traceparent` it was se
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import orjson
 import pytest
 
 from tests.gateway.fixtures_gateway import SIM_MODEL, http_request, start_gateway, wait_for
 from tests.gateway.test_access_log_otel import TRACE_ID, TRACEPARENT, _spans
+from tests.otlp_receiver import serve_in_thread
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,14 +43,8 @@ def recording_upstream() -> Iterator[tuple[str, list[str | None]]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_in_thread(Handler) as url:
+        yield url, seen
 
 
 def _completion(url: str, headers: dict[str, str]) -> int:
