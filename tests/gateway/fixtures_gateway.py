@@ -10,7 +10,7 @@ import re
 import socket
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import orjson
@@ -144,3 +144,27 @@ def trace_counts(admin_url: str) -> tuple[float, float]:
     return (metric_sum(samples, "slogate_trace_records_total", outcome="written"),
             metric_sum(samples, "slogate_trace_records_total", outcome="dropped"))
 
+
+
+def chat_conversation(c: int, turns: int, send: Callable[[bytes], dict]) -> None:
+    """Conversation `c`: a system prompt of its own, then `turns` user turns, each sent (`send`: the
+    request body → the answer's JSON) with the whole history so far, the answers appended to it."""
+    messages = [{"role": "system", "content": f"conversation {c}: " + "house rules " * 30}]
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"question {turn}"})
+        answer = send(orjson.dumps({"model": SIM_MODEL, "max_tokens": 3, "messages": messages}))
+        messages.append({"role": "assistant", "content": answer["choices"][0]["message"]["content"]})
+
+
+def capture_with_two_workers(trace: Path, converse: Callable[[str, int], None], conversations: int,
+                             requests: int) -> None:
+    """A sim behind `slogate gateway --workers 2` capturing into `trace`: `converse(url, c)` for every
+    conversation, then until the `requests` records are written (none dropped)."""
+    from tests.simserver import start_sim
+
+    with start_sim(timing="constant", ttft_ms=1, itl_ms=1) as sim, realservers.start_gateway(
+        sim.url, trace_dir=trace, extra_args=("--workers", "2", "--trace-flush-interval", "0.1"),
+    ) as gw:
+        for c in range(conversations):
+            converse(gw.url, c)
+        assert wait_for(lambda: trace_counts(gw.admin_url) == (requests, 0), timeout=10), trace_counts(gw.admin_url)

@@ -13,36 +13,28 @@ import orjson
 import pytest
 
 from slogate.traces.reader import read_trace
-from tests.gateway.fixtures_gateway import SIM_MODEL, http_request, trace_counts, wait_for
-from tests.realservers import start_gateway
-from tests.simserver import start_sim
+from tests.gateway.fixtures_gateway import capture_with_two_workers, chat_conversation, http_request
 
 CONVERSATIONS = 4
 TURNS = 5  # a conversation stays on one worker with odds 2 / 2**5 each
 
 
 def _conversation(url: str, c: int) -> None:
-    messages = [{"role": "system", "content": f"conversation {c}: " + "house rules " * 30}]
-    for turn in range(TURNS):
-        messages.append({"role": "user", "content": f"question {turn}"})
-        status, _, body = http_request(url, "POST", "/v1/chat/completions",
-                                       orjson.dumps({"model": SIM_MODEL, "max_tokens": 3, "messages": messages}),
-                                       {"Content-Type": "application/json"})
-        assert status == 200, body
-        messages.append({"role": "assistant", "content": orjson.loads(body)["choices"][0]["message"]["content"]})
+    """A new connection per turn: the kernel spreads the turns over both workers."""
+
+    def send(body: bytes) -> dict:
+        status, _, answer = http_request(url, "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        assert status == 200, answer
+        return orjson.loads(answer)
+
+    chat_conversation(c, TURNS, send)
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.slow  # ~4 s: a sim, a gateway with two workers, the merge
 def test_merge_joins_sessions_split_over_workers(tmp_path: Path) -> None:
     trace, out = tmp_path / "trace", tmp_path / "merged.jsonl.zst"
-    with start_sim(timing="constant", ttft_ms=1, itl_ms=1) as sim, start_gateway(
-        sim.url, trace_dir=trace, extra_args=("--workers", "2", "--trace-flush-interval", "0.1"),
-    ) as gw:
-        for c in range(CONVERSATIONS):
-            _conversation(gw.url, c)
-        n = CONVERSATIONS * TURNS
-        assert wait_for(lambda: trace_counts(gw.admin_url) == (n, 0), timeout=10), trace_counts(gw.admin_url)
+    capture_with_two_workers(trace, _conversation, CONVERSATIONS, CONVERSATIONS * TURNS)
     merge = subprocess.run([sys.executable, "-m", "slogate", "trace", "merge", str(trace), "-o", str(out)],
                            capture_output=True, text=True, timeout=60)
     assert merge.returncode == 0, merge.stderr

@@ -13,28 +13,26 @@ import orjson
 import pytest
 
 from slogate.traces.reader import read_trace
-from tests.gateway.fixtures_gateway import SIM_MODEL, trace_counts, wait_for
-from tests.realservers import start_gateway
-from tests.simserver import start_sim
+from tests.gateway.fixtures_gateway import capture_with_two_workers, chat_conversation
 
 CONVERSATIONS = 12  # over 2 workers: all on one worker has odds 2 / 2**12
 TURNS = 3
 
 
 def _conversation(url: str, c: int) -> None:
+    """One keep-alive connection for the whole conversation: it stays on one worker."""
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    messages = [{"role": "system", "content": f"conversation {c}: " + "house rules " * 30}]
+
+    def send(body: bytes) -> dict:
+        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        answer = orjson.loads(resp.read())
+        assert resp.status == 200, answer
+        return answer
+
     try:
-        for turn in range(TURNS):
-            messages.append({"role": "user", "content": f"question {turn}"})
-            conn.request("POST", "/v1/chat/completions",
-                         orjson.dumps({"model": SIM_MODEL, "max_tokens": 3, "messages": messages}),
-                         {"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            body = orjson.loads(resp.read())
-            assert resp.status == 200, body
-            messages.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
+        chat_conversation(c, TURNS, send)
     finally:
         conn.close()
 
@@ -43,13 +41,7 @@ def _conversation(url: str, c: int) -> None:
 @pytest.mark.slow  # ~4 s: a sim and a gateway with two workers
 def test_workers_never_share_a_prefix_session_id(tmp_path: Path) -> None:
     trace = tmp_path / "trace"
-    with start_sim(timing="constant", ttft_ms=1, itl_ms=1) as sim, start_gateway(
-        sim.url, trace_dir=trace, extra_args=("--workers", "2", "--trace-flush-interval", "0.1"),
-    ) as gw:
-        for c in range(CONVERSATIONS):
-            _conversation(gw.url, c)
-        n = CONVERSATIONS * TURNS
-        assert wait_for(lambda: trace_counts(gw.admin_url) == (n, 0), timeout=10), trace_counts(gw.admin_url)
+    capture_with_two_workers(trace, _conversation, CONVERSATIONS, CONVERSATIONS * TURNS)
     records = read_trace(trace).records
     writers = {p.name.split("-")[1] for p in trace.iterdir()}
     assert writers == {"w0g0", "w1g0"}, writers  # both workers captured conversations
