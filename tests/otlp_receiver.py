@@ -1,27 +1,14 @@
-"""Tiny in-process HTTP servers for tests: `serve_in_thread` runs a request handler on a port the kernel
-picked; `otlp_receiver` is a real OTLP/HTTP receiver on it, keeping every POSTed body by path
-(`/v1/traces`, `/v1/metrics`), which the tests decode with opentelemetry-proto."""
+"""A real OTLP/HTTP receiver for tests: a threaded HTTP server that keeps every POSTed body by path
+(`/v1/traces`, `/v1/metrics`); the tests decode them with opentelemetry-proto."""
 
 from __future__ import annotations
 
 import contextlib
 import http.server
-import threading
 from collections import defaultdict
 from collections.abc import Iterator
 
-
-@contextlib.contextmanager
-def serve_in_thread(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
-    """`handler` on 127.0.0.1 in a thread (one more per connection) until the block exits; yields its URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+from tests.servers import serve_in_thread
 
 
 @contextlib.contextmanager

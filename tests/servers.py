@@ -8,13 +8,16 @@ log file whose tail is shown when the server fails to come up.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import os
 import random
 import signal
 import socket
+import socketserver
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -126,3 +129,21 @@ def running(
         server.stop()
         with contextlib.suppress(OSError):
             log.unlink()
+
+
+@contextlib.contextmanager
+def serve_in_thread(handler: type[socketserver.BaseRequestHandler],
+                    server_class: type[socketserver.TCPServer] = http.server.ThreadingHTTPServer) -> Iterator[str]:
+    """`handler` on 127.0.0.1, a port the kernel picked, in this process (a thread per connection) until
+    the block exits; yields its URL. An in-test upstream or receiver (an HTTP handler by default, a raw
+    `socketserver` one with `server_class=socketserver.ThreadingTCPServer`)."""
+    server = server_class(("127.0.0.1", 0), handler)
+    if isinstance(server, socketserver.ThreadingMixIn):
+        server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

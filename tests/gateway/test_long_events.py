@@ -8,13 +8,12 @@ import http.client
 import socketserver
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from tests.gateway.fixtures_gateway import start_gateway
+from tests.servers import serve_in_thread
 
 pytestmark = pytest.mark.timeout(120)
 CHAT = b'{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"x"}]}'
@@ -41,17 +40,8 @@ class _Upstream(socketserver.BaseRequestHandler):
             self.request.sendall(body[i : i + (1 << 16)])
 
 
-@contextlib.contextmanager
-def raw_upstream() -> Iterator[str]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Upstream)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def raw_upstream() -> contextlib.AbstractContextManager[str]:
+    return serve_in_thread(_Upstream, socketserver.ThreadingTCPServer)
 
 
 def _stream(port: int, mib: int) -> tuple[float, bytes]:

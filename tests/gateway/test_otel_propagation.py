@@ -15,7 +15,7 @@ import pytest
 
 from tests.gateway.fixtures_gateway import SIM_MODEL, http_request, start_gateway, wait_for
 from tests.gateway.test_access_log_otel import TRACE_ID, TRACEPARENT, _spans
-from tests.otlp_receiver import serve_in_thread
+from tests.servers import serve_in_thread
 
 pytestmark = pytest.mark.timeout(60)
 
